@@ -1,0 +1,180 @@
+"""Any LiveKit ``llm.LLM`` as the engine's ``DirectorModel`` / ``TalkerModel`` (SPEC §1, §7).
+
+The Director is asked through one forced tool call: the single tool ``record_verdict`` with
+``tool_choice`` naming it (llama.cpp's server only returns tool calls when the function is
+named). Its arguments are returned as a dict; anything else the model says (a plain JSON text
+answer, fenced or not, or a tool call whose arguments do not parse) is returned as text for the
+engine's parser, which retries once with the error.
+
+The Talker is one streamed chat completion per segment; only content deltas are yielded.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from livekit.agents import APIConnectOptions, llm
+
+# The engine runs its own retry (once, on invalid output) and its own director_timeout, so the
+# Director's transport never retries: "no hidden model calls" (ARCHITECTURE property 5).
+DIRECTOR_CONN_OPTIONS = APIConnectOptions(max_retry=0, timeout=10.0)
+# The openai plugin refuses to retry once a chunk was sent, so one quick retry before the first
+# token is safe for the Talker and hides a dropped keep-alive connection.
+TALKER_CONN_OPTIONS = APIConnectOptions(max_retry=1, retry_interval=0.2, timeout=10.0)
+
+_VERDICT_DESCRIPTION = (
+    "Record your decision about the caller's latest turn: extracted slot values, confirmations, "
+    "denials, the advance target or interrupt, and an optional note for the speaker."
+)
+
+
+@dataclass
+class UsageTally:
+    """Token usage of the Talker segments streamed for one LiveKit reply."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_cached_tokens: int = 0
+    segments: int = 0
+
+    def add(self, usage: llm.CompletionUsage) -> None:
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.prompt_cached_tokens += usage.prompt_cached_tokens
+
+    def as_usage(self) -> llm.CompletionUsage:
+        return llm.CompletionUsage(
+            completion_tokens=self.completion_tokens,
+            prompt_tokens=self.prompt_tokens,
+            total_tokens=self.prompt_tokens + self.completion_tokens,
+            prompt_cached_tokens=self.prompt_cached_tokens,
+        )
+
+
+# Set by DialogMachineLLM's stream around one reply; Talker segments add their usage to it.
+# A mutable tally in a context variable reaches Talker calls made from tasks the runtime spawns
+# (tasks copy the context, and the copy still points at the same tally).
+current_usage: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVar(
+    "superdialog_talker_usage", default=None
+)
+
+
+def chat_context(messages: Sequence[dict[str, Any]]) -> llm.ChatContext:
+    """A LiveKit ChatContext from engine messages (``{"role", "content"}``)."""
+    ctx = llm.ChatContext.empty()
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise ValueError(f"messages[{i}].role is {role!r}; expected system, developer, user or assistant")
+        content = message.get("content")
+        ctx.add_message(role=role, content=content if isinstance(content, str) else str(content or ""))
+    return ctx
+
+
+class LiveKitTalker:
+    """``TalkerModel`` over a LiveKit LLM: streams the text deltas of one completion."""
+
+    def __init__(self, model: llm.LLM, *, conn_options: APIConnectOptions = TALKER_CONN_OPTIONS) -> None:
+        self.llm = model
+        self.conn_options = conn_options
+
+    async def speak(self, request: Any) -> AsyncIterator[str]:
+        stream = self.llm.chat(chat_ctx=chat_context(request.messages), conn_options=self.conn_options)
+        tally = current_usage.get()
+        # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None and tally is not None:
+                    tally.add(chunk.usage)
+                if chunk.delta is not None and chunk.delta.content:
+                    yield chunk.delta.content
+        if tally is not None:
+            tally.segments += 1
+
+
+@dataclass
+class DirectorCall:
+    """What one Director call took, for metrics (``DialogMachineLLM`` emits it)."""
+
+    latency_ms: float
+    usage: llm.CompletionUsage | None
+    answered_with: str  # "tool_call" | "text"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _unused_tool(**_: Any) -> None:  # the verdict tool is never executed, only its arguments read
+    raise RuntimeError("record_verdict is a schema for the Director, not a tool to run")
+
+
+class LiveKitDirector:
+    """``DirectorModel`` over a LiveKit LLM: a forced ``record_verdict`` tool call (or JSON text)."""
+
+    def __init__(self, model: llm.LLM, *, conn_options: APIConnectOptions = DIRECTOR_CONN_OPTIONS,
+                 on_call: Any = None) -> None:
+        self.llm = model
+        self.conn_options = conn_options
+        self.on_call = on_call  # callable(DirectorCall) for metrics, or None
+        self.calls: list[DirectorCall] = []
+
+    async def decide(self, request: Any) -> dict[str, Any] | str:
+        tool_name = getattr(request, "tool_name", "record_verdict") or "record_verdict"
+        tool = llm.function_tool(
+            _unused_tool,
+            raw_schema={"name": tool_name, "description": _VERDICT_DESCRIPTION, "parameters": request.schema},
+        )
+        started = time.perf_counter()
+        text: list[str] = []
+        calls: list[llm.FunctionToolCall] = []
+        usage: llm.CompletionUsage | None = None
+        stream = self.llm.chat(
+            chat_ctx=chat_context(request.messages),
+            tools=[tool],
+            tool_choice={"type": "function", "function": {"name": tool_name}},
+            conn_options=self.conn_options,
+        )
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                if chunk.delta is None:
+                    continue
+                if chunk.delta.content:
+                    text.append(chunk.delta.content)
+                calls.extend(chunk.delta.tool_calls)
+        result: dict[str, Any] | str = "".join(text)
+        answered = "text"
+        for call in calls:
+            if call.name != tool_name:
+                continue
+            answered = "tool_call"
+            try:
+                parsed = json.loads(call.arguments or "{}")
+            except json.JSONDecodeError:
+                result = call.arguments  # the engine's parser reports and retries once
+            else:
+                result = parsed if isinstance(parsed, dict) else call.arguments
+            break
+        record = DirectorCall((time.perf_counter() - started) * 1000.0, usage, answered)
+        self.calls.append(record)
+        if len(self.calls) > 64:  # keep the recent calls only: one instance serves a whole call
+            del self.calls[:-64]
+        if self.on_call is not None:
+            self.on_call(record)
+        return result
+
+
+__all__ = [
+    "DIRECTOR_CONN_OPTIONS",
+    "TALKER_CONN_OPTIONS",
+    "DirectorCall",
+    "LiveKitDirector",
+    "LiveKitTalker",
+    "UsageTally",
+    "chat_context",
+    "current_usage",
+]

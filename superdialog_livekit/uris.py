@@ -1,0 +1,129 @@
+"""Model URIs (SPEC §12): one meaning everywhere (CLI, ``DialogMachineLLM``, worker).
+
+* ``openai/<model>``: ``livekit.plugins.openai.LLM`` with ``OPENAI_API_KEY`` (or, when a
+  ``base_url`` is given, e.g. from ``SUPERDIALOG_LLM_BASE_URL``, that OpenAI-compatible server);
+* ``http(s)://host:port/v1#<model>``: the same plugin against any OpenAI-compatible server;
+* ``livekit/<provider>/<model>``: LiveKit's hosted inference (needs LiveKit keys);
+* ``local/<name-or-gguf>``: the local llama.cpp server (the ``local`` extra, see ``_local_llm``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from superdialog_core.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from livekit.agents import llm
+
+URI_FORMS = (
+    "openai/<model>",
+    "http(s)://host:port/v1#<model>",
+    "livekit/<provider>/<model>",
+    "local/<name-or-gguf>",
+)
+_HINT = "use one of: " + ", ".join(URI_FORMS)
+# An OpenAI-compatible server without auth still needs some key string in the client.
+_NO_KEY = "not-needed"
+
+
+def _problem(uri: str, message: str, hint: str = _HINT) -> ConfigError:
+    return ConfigError([Problem(f"model URI {uri!r}", message, hint)])
+
+
+def _openai_llm(model: str, *, base_url: str | None, api_key: str | None) -> llm.LLM:
+    from livekit.plugins import openai
+
+    kwargs: dict[str, Any] = {"model": model}
+    if base_url:
+        kwargs["base_url"] = base_url
+    if api_key:
+        kwargs["api_key"] = api_key
+    return openai.LLM(**kwargs)
+
+
+def _local_llm(uri: str, name: str) -> llm.LLM:
+    """The hook for ``local/...`` URIs.
+
+    ``superdialog_livekit.local`` (the ``local`` extra: llama-cpp-python's server) provides
+    ``llm_for_local(name) -> llm.LLM``; until it is installed, the URI is a clear ConfigError.
+    """
+    try:
+        from superdialog_livekit import local  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise _problem(
+            uri,
+            "local models need the 'local' extra",
+            "pip install 'superdialog-livekit[local]', or use an openai/... or http://...#model URI",
+        ) from exc
+    factory = getattr(local, "llm_for_local", None)
+    if factory is None:
+        raise _problem(uri, "local models need the 'local' extra (superdialog_livekit.local has no llm_for_local)",
+                       "pip install 'superdialog-livekit[local]'")
+    return factory(name)
+
+
+def llm_from_uri(uri: str, *, base_url: str | None = None) -> llm.LLM:
+    """A LiveKit ``llm.LLM`` for a model URI; ``ConfigError`` (naming the URI and the fix) otherwise.
+
+    ``base_url`` (e.g. ``$SUPERDIALOG_LLM_BASE_URL``) reroutes ``openai/<model>`` to an
+    OpenAI-compatible server; it never changes an explicit ``http(s)://`` URI.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise _problem(str(uri), "is empty")
+    uri = uri.strip()
+    scheme, _, rest = uri.partition("/")
+    if uri.startswith(("http://", "https://")):
+        parts = urlsplit(uri)
+        if not parts.fragment:
+            raise _problem(uri, "names no model", "append '#<model>', e.g. http://127.0.0.1:8080/v1#my-model")
+        if not parts.netloc:
+            raise _problem(uri, "has no host", "write http://host:port/v1#<model>")
+        server = parts._replace(fragment="").geturl()
+        return _openai_llm(parts.fragment, base_url=server,
+                           api_key=os.environ.get("OPENAI_API_KEY") or _NO_KEY)
+    if scheme == "openai":
+        if not rest:
+            raise _problem(uri, "names no model", "write openai/<model>, e.g. openai/gpt-4.1-mini")
+        if base_url:
+            return _openai_llm(rest, base_url=base_url,
+                               api_key=os.environ.get("OPENAI_API_KEY") or _NO_KEY)
+        if not os.environ.get("OPENAI_API_KEY"):
+            raise _problem(uri, "needs OPENAI_API_KEY, which is not set",
+                           "export OPENAI_API_KEY=..., or set SUPERDIALOG_LLM_BASE_URL to an "
+                           "OpenAI-compatible server")
+        return _openai_llm(rest, base_url=None, api_key=None)
+    if scheme == "livekit":
+        if rest.count("/") < 1 or not all(rest.split("/", 1)):
+            raise _problem(uri, "must name a provider and a model",
+                           "write livekit/<provider>/<model>, e.g. livekit/openai/gpt-4.1-mini")
+        missing = [v for v in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")
+                   if not (os.environ.get(v) or os.environ.get(v.replace("LIVEKIT_", "LIVEKIT_INFERENCE_")))]
+        if missing:
+            raise _problem(uri, f"LiveKit inference needs {' and '.join(missing)}, not set",
+                           "export the LiveKit keys, or use an openai/... or http://...#model URI")
+        from livekit.agents import inference
+
+        return inference.LLM(model=rest)
+    if scheme == "local":
+        if not rest:
+            raise _problem(uri, "names no model", "write local/<name-or-gguf>, e.g. local/smollm2-135m")
+        return _local_llm(uri, rest)
+    raise _problem(uri, f"unknown model URI scheme {scheme!r}")
+
+
+def resolve_llm(model: Any, *, base_url: str | None = None, role: str = "model") -> llm.LLM:
+    """``model`` if it already is a LiveKit ``llm.LLM``, else the LLM its URI names."""
+    from livekit.agents import llm as lk_llm
+
+    if isinstance(model, lk_llm.LLM):
+        return model
+    if isinstance(model, str):
+        return llm_from_uri(model, base_url=base_url)
+    raise ConfigError([Problem(role, f"must be a livekit.agents.llm.LLM or a model URI, not {type(model).__name__}",
+                               _HINT)])
+
+
+__all__ = ["URI_FORMS", "llm_from_uri", "resolve_llm"]

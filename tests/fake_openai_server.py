@@ -1,0 +1,172 @@
+"""A small OpenAI-compatible chat-completions server on 127.0.0.1, scripted per test.
+
+``POST /v1/chat/completions`` (always answered as an SSE stream, like the openai plugin asks):
+
+* a request that carries ``tools`` is a Director call: the next scripted verdict is streamed as
+  one tool call named after the request's ``tool_choice`` function (id and name in the first
+  delta, the JSON arguments split over later deltas, ``finish_reason: tool_calls``). A verdict
+  given as a ``str`` is streamed as plain text content instead (the "JSON text answer" path);
+* any other request is a Talker call: the next scripted reply is streamed word by word.
+
+Exhausted scripts behave like ``ScriptedDirector``/``ScriptedTalker``: ``{}`` for verdicts, the
+last reply repeats. Every request body is kept in ``.requests`` (and split into
+``.director_requests`` / ``.talker_requests``) so tests can assert what the models were shown.
+A verdict or reply may be a callable taking the request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+Script = Any  # dict | str | RawToolArguments | Callable[[dict], ...]
+
+
+class RawToolArguments(str):
+    """A verdict streamed as a tool call whose arguments are exactly this text (maybe not JSON)."""
+
+
+class FakeOpenAIServer:
+    """Start with ``async with FakeOpenAIServer(...) as server``; ``server.base_url`` ends in /v1."""
+
+    def __init__(
+        self,
+        *,
+        talker: list[Script] | None = None,
+        director: list[Script] | None = None,
+        token_delay: float = 0.0,
+        director_delay: float = 0.0,
+    ) -> None:
+        self.talker: list[Script] = list(talker or [])
+        self.director: list[Script] = list(director or [])
+        self.token_delay = token_delay
+        self.director_delay = director_delay
+        self.requests: list[dict[str, Any]] = []
+        self.director_requests: list[dict[str, Any]] = []
+        self.talker_requests: list[dict[str, Any]] = []
+        self.disconnects = 0  # streams the client closed early (barge-in)
+        self._last_reply = "Okay."
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        self.port = server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        model = body.get("model", "fake")
+        try:
+            if body.get("tools"):
+                self.director_requests.append(body)
+                await self._stream_director(response, body, model)
+            else:
+                self.talker_requests.append(body)
+                await self._stream_talker(response, body, model)
+            await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response
+
+    @staticmethod
+    def _pick(script: Script, body: dict[str, Any]) -> Any:
+        return script(body) if callable(script) else script
+
+    async def _send(self, response: web.StreamResponse, model: str, delta: dict[str, Any] | None,
+                    finish: str | None = None, usage: dict[str, int] | None = None) -> None:
+        chunk: dict[str, Any] = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+    async def _stream_talker(self, response: web.StreamResponse, body: dict[str, Any], model: str) -> None:
+        if self.talker:
+            reply = self._pick(self.talker.pop(0), body)
+            self._last_reply = reply
+        else:
+            reply = self._pick(self._last_reply, body)
+        words = str(reply).split(" ")
+        await self._send(response, model, {"role": "assistant", "content": ""})
+        for i, word in enumerate(words):
+            if self.token_delay:
+                await asyncio.sleep(self.token_delay)
+            await self._send(response, model, {"content": word if i == 0 else " " + word})
+        await self._send(response, model, {}, finish="stop")
+        await self._send(response, model, None,
+                         usage={"prompt_tokens": 20, "completion_tokens": len(words),
+                                "total_tokens": 20 + len(words)})
+
+    async def _stream_director(self, response: web.StreamResponse, body: dict[str, Any], model: str) -> None:
+        verdict = self._pick(self.director.pop(0), body) if self.director else {}
+        if self.director_delay:
+            await asyncio.sleep(self.director_delay)
+        if isinstance(verdict, str) and not isinstance(verdict, RawToolArguments):  # a plain (possibly fenced) JSON text answer
+            await self._send(response, model, {"role": "assistant", "content": verdict})
+            await self._send(response, model, {}, finish="stop")
+        else:
+            choice = body.get("tool_choice")
+            name = (
+                choice["function"]["name"]
+                if isinstance(choice, dict)
+                else body["tools"][0]["function"]["name"]
+            )
+            arguments = verdict if isinstance(verdict, RawToolArguments) else json.dumps(verdict)
+            await self._send(response, model, {
+                "role": "assistant",
+                "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                "function": {"name": name, "arguments": ""}}],
+            })
+            step = max(1, len(arguments) // 3)
+            for start in range(0, len(arguments), step):
+                await self._send(response, model, {
+                    "tool_calls": [{"index": 0, "function": {"arguments": arguments[start:start + step]}}],
+                })
+            await self._send(response, model, {}, finish="tool_calls")
+        await self._send(response, model, None,
+                         usage={"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60})
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    """The function names a request offered."""
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+Responder = Callable[[dict[str, Any]], Any]
+
+__all__ = ["FakeOpenAIServer", "RawToolArguments", "tool_names"]
