@@ -212,9 +212,9 @@ class LoopbackServer:
     async def _serve(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.1)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         server = site._server  # aiohttp exposes the bound port only through the server
         assert server is not None and server.sockets  # type: ignore[union-attr]

@@ -1,0 +1,173 @@
+"""The SSRF guard's decisions. No test here opens a connection to a non-loopback address:
+decisions are asserted on ``vet_url`` itself, and name resolution goes through a fake resolver
+(or the system resolver only for "localhost")."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+import httpx
+import pytest
+from loopback import LoopbackServer, Reply
+from superdialog_core.ssrf import (
+    HostUnresolved,
+    UrlRefused,
+    blocked_reason,
+    parse_ip_literal,
+    vet_url,
+)
+
+
+def fake_resolver(table: dict[str, list[str]]):
+    """A resolver answering from ``table``; an unknown name fails like DNS would."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> Sequence[str]:
+        asked.append(host)
+        if host not in table:
+            raise OSError(f"Name or service not known: {host}")
+        return table[host]
+
+    resolve.asked = asked  # type: ignore[attr-defined]
+    return resolve
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("10.1.2", "10.1.0.2"),
+        ("0", "0.0.0.0"),
+        ("::ffff:127.0.0.1", "::ffff:7f00:1"),
+        ("example.com", None),
+        ("1e100.net", None),
+    ],
+)
+def test_ip_literals_fold_to_the_address_they_mean(text: str, expected: str | None) -> None:
+    parsed = parse_ip_literal(text)
+    assert (str(parsed) if parsed is not None else None) == expected
+
+
+@pytest.mark.parametrize("text", ["1.2.3.4.5", "256.1.1.1", "09.1.1.1", "1.0x100.1.1"])
+def test_numeric_looking_names_that_are_not_addresses_are_refused(text: str) -> None:
+    with pytest.raises(UrlRefused, match="not a valid IP address"):
+        parse_ip_literal(text)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1/x",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://0177.0.0.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[::1]:8080/",
+        "http://[fd00:ec2::254]/",
+        "http://[fe80::1%25eth0]/",
+        "http://[2002:a00:1::]/",  # 6to4 wrapping 10.0.0.1
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+        "http://100.64.0.1/",
+        "http://192.168.1.1/",
+        "http://localhost:8080/",
+        "http://metadata/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://app.localhost/",
+    ],
+)
+async def test_private_loopback_link_local_and_metadata_targets_are_refused(url: str) -> None:
+    resolver = fake_resolver({})
+    with pytest.raises(UrlRefused) as info:
+        await vet_url(url, (), resolver=resolver)
+    assert "policies.allow_hosts" in info.value.reason
+    assert resolver.asked == []  # decided without any lookup
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("file:///etc/passwd", "scheme 'file' is not allowed"),
+        ("gopher://example.com/", "scheme 'gopher'"),
+        ("example.com/path", r"scheme '\(none\)'"),
+        ("http:///path", "no host"),
+        ("http://example.com:99999/", "malformed URL"),
+    ],
+)
+async def test_malformed_urls_are_refused_with_a_reason(url: str, message: str) -> None:
+    with pytest.raises(UrlRefused, match=message):
+        await vet_url(url, (), resolver=fake_resolver({}))
+
+
+async def test_a_name_resolving_to_loopback_is_refused() -> None:
+    resolver = fake_resolver({"rebind.example": ["127.0.0.1"]})
+    with pytest.raises(UrlRefused, match=r"127\.0\.0\.1 is loopback.*rebind\.example"):
+        await vet_url("http://rebind.example/", (), resolver=resolver)
+
+
+async def test_one_private_address_among_public_ones_refuses_the_name() -> None:
+    resolver = fake_resolver({"mixed.example": ["93.184.216.34", "10.0.0.7"]})
+    with pytest.raises(UrlRefused, match=r"10\.0\.0\.7 is private"):
+        await vet_url("https://mixed.example/", (), resolver=resolver)
+
+
+async def test_system_resolver_sees_localhost_as_loopback_when_allowed_by_ip_only() -> None:
+    # "localhost" is refused by name before any lookup; allowing the IP does not open the name.
+    with pytest.raises(UrlRefused, match="local or metadata name"):
+        await vet_url("http://localhost/", ["127.0.0.1"])
+
+
+async def test_public_name_is_pinned_to_its_vetted_address() -> None:
+    resolver = fake_resolver({"api.example.com": ["2606:2800:220:1::1", "93.184.216.34"]})
+    target = await vet_url(
+        "https://user:pw@API.example.com./v1/visits?date=2026-12-01#frag", (), resolver=resolver
+    )
+    assert target.address == "93.184.216.34"  # IPv4 first
+    assert target.addresses == ("93.184.216.34", "2606:2800:220:1::1")
+    assert target.pinned_url == "https://user:pw@93.184.216.34:443/v1/visits?date=2026-12-01"
+    assert target.host_header == "api.example.com"
+    assert target.userinfo == "user:pw"
+
+
+async def test_unresolvable_host_is_a_network_failure_not_a_refusal() -> None:
+    with pytest.raises(HostUnresolved, match=r"cannot resolve host 'nowhere\.example'"):
+        await vet_url("http://nowhere.example/", (), resolver=fake_resolver({}))
+
+
+async def test_allow_hosts_opens_exactly_the_hosts_written() -> None:
+    target = await vet_url("http://127.0.0.1:8080/a", ["127.0.0.1"])
+    assert (target.address, target.port, target.host_header) == ("127.0.0.1", 8080, "127.0.0.1:8080")
+    # The same address spelled differently is the same host.
+    assert (await vet_url("http://2130706433/", ["127.0.0.1"])).address == "127.0.0.1"
+    # Allowing one private address does not open another.
+    with pytest.raises(UrlRefused):
+        await vet_url("http://127.0.0.2/", ["127.0.0.1"])
+    resolver = fake_resolver({"localhost": ["::1", "127.0.0.1"]})
+    target = await vet_url("http://LOCALHOST:9/", ["localhost"], resolver=resolver)
+    assert target.address == "127.0.0.1"
+    assert target.host_header == "localhost:9"
+
+
+def test_blocked_reason_passes_public_addresses() -> None:
+    assert blocked_reason(ipaddress.ip_address("93.184.216.34")) is None
+    assert blocked_reason(ipaddress.ip_address("2606:2800:220:1::1")) is None
+    assert "metadata" in (blocked_reason(ipaddress.ip_address("169.254.169.254")) or "")
+
+
+async def test_allowed_loopback_host_is_reachable_through_the_pinned_address() -> None:
+    async with LoopbackServer() as server:
+        server.route("GET", "/ping", Reply(json={"pong": True}))
+        url = server.url("/ping").replace("127.0.0.1", "localhost")
+        target = await vet_url(url, ["localhost"], resolver=fake_resolver({"localhost": ["127.0.0.1"]}))
+        async with httpx.AsyncClient(trust_env=False) as client:
+            response = await client.get(target.pinned_url, headers={"Host": target.host_header})
+        assert response.json() == {"pong": True}
+        assert server.requests[0].header("host") == f"localhost:{server.port}"
