@@ -1,0 +1,474 @@
+"""ConversationState: the incremental fold of the event log (SPEC §5).
+
+State is derived from the log and never written beside it: ``apply(event)`` is the only
+mutator, and it costs O(1) per event (the transcript index, the note queue and the counters
+are all kept incrementally), so turn 1,000 costs what turn 10 costs. ``fold(log, playbook)``
+is the same loop from scratch; a property test proves the two agree.
+
+The fold applies what the log says without judging it: the confirmation rules live in
+``slots.py``, which *plans* the events the runtime then appends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from . import events as ev
+
+if TYPE_CHECKING:
+    from .playbook import Playbook
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """A filled slot: its value (JSON-native), status, who wrote it and at which version."""
+
+    value: Any
+    status: ev.SlotStatus
+    by: ev.WrittenBy
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResultState:
+    """A stored tool result (``store_as`` / ``store_response_as``), as expressions read it."""
+
+    tool: str
+    ok: bool
+    status: int | None
+    data: Any
+    error: str | None
+    version: int
+
+
+@dataclass(slots=True)
+class TranscriptEntry:
+    """One utterance as the conversation knows it.
+
+    ``heard_text`` is what the caller actually heard (``text`` unless a speech_correction cut
+    it); ``superseded`` marks a user utterance LiveKit replaced with a later one.
+    """
+
+    version: int
+    role: ev.Role
+    text: str
+    heard_text: str
+    spoke_from_version: int | None = None
+    interrupted: bool = False
+    filler: bool = False
+    kind: str | None = None
+    purpose: str | None = None
+    superseded: bool = False
+    message_id: str | None = None
+
+    @property
+    def fully_heard(self) -> bool:
+        """The caller heard all of it (nothing cut it short)."""
+        return not self.interrupted and self.heard_text == self.text
+
+
+# Fields compared by ``snapshot()`` (and by the fold-equivalence property test).
+STATE_FIELDS: tuple[str, ...] = (
+    "version", "session_id", "playbook_hash", "checkpoint", "checkpoint_entered_version",
+    "slots", "transcript", "results", "calls", "env_keys", "ended", "outcome", "end_reason",
+    "anchor", "timezone", "call", "pending_notes", "refusals", "denied",
+    "user_turns_in_checkpoint", "silence_count", "verbatim_spoken",
+    "talker_segments_in_checkpoint", "last_pipeline_version", "degraded_count",
+)
+
+
+class ConversationState:
+    """Everything the engine knows about one call, as of ``version``.
+
+    Read it freely; change it only through ``apply`` (the runtime's ``emit`` appends an event
+    to the log and applies it here in one step). Values in ``slots`` and ``results`` are the
+    event's own objects: treat them as read-only.
+    """
+
+    def __init__(self, playbook: Playbook) -> None:
+        self.playbook = playbook
+        self.version = 0
+        self.session_id: str | None = None
+        self.playbook_hash: str | None = None
+        self.checkpoint: str | None = None
+        self.checkpoint_entered_version = 0
+        self.slots: dict[str, SlotState] = {}
+        self.transcript: list[TranscriptEntry] = []
+        self.results: dict[str, ResultState] = {}
+        self.calls: dict[str, int] = {}
+        self.env_keys: set[str] = set()
+        self.ended = False
+        self.outcome: str | None = None
+        self.end_reason: str | None = None
+        self.anchor: datetime | None = None
+        self.timezone = playbook.guidelines.timezone
+        self.call: dict[str, Any] = {}
+        # SteeringNote events not yet shown to the Talker, oldest first (SPEC §5: a queue).
+        self.pending_notes: deque[ev.SteeringNote] = deque()
+        self._refusals: deque[ev.SlotRefused] = deque()
+        # Slots whose last event was a deny: still needed, read back again (SPEC §4.3).
+        self.denied: set[str] = set()
+        self.user_turns_in_checkpoint = 0
+        self.silence_count = 0
+        self.verbatim_spoken: set[str] = set()
+        self.talker_segments_in_checkpoint = 0
+        self.last_pipeline_version: int | None = None
+        self.degraded_count = 0
+        # version -> index in transcript, so corrections and lookups are O(1).
+        self._entry_index: dict[int, int] = {}
+        self._scope_version = -1
+        self._scope_base: dict[str, Any] = {}
+        self._scope_extra_key: tuple[Any, ...] | None = None
+        self._scope_extra: dict[str, Any] = {}
+        self._apply: dict[type, Callable[[Any], None]] = {
+            ev.SessionStart: self._session_start,
+            ev.Utterance: self._utterance,
+            ev.SpeechCorrection: self._speech_correction,
+            ev.UtteranceSuperseded: self._utterance_superseded,
+            ev.SlotWrite: self._slot_write,
+            ev.SlotRefused: self._slot_refused,
+            ev.SlotClear: self._slot_clear,
+            ev.Advance: self._advance,
+            ev.SteeringNote: self.pending_notes.append,
+            ev.NoteConsumed: self._note_consumed,
+            ev.ToolCall: self._tool_call,
+            ev.ToolResult: self._tool_result,
+            ev.EnvWrite: self._env_write,
+            ev.External: self._external,
+            ev.Degraded: self._degraded,
+            ev.SessionEnd: self._session_end,
+        }
+
+    # --- folding --------------------------------------------------------------------------
+
+    @classmethod
+    def fold(cls, log: Iterable[ev.Event], playbook: Playbook) -> ConversationState:
+        """The state after every event of ``log`` (an ``EventLog`` or stamped events in order)."""
+        state = cls(playbook)
+        for event in log:
+            state.apply(event)
+        return state
+
+    def apply(self, event: ev.Event) -> None:
+        """Apply the next logged event (its version must be exactly ``version + 1``)."""
+        if event.version != self.version + 1:
+            raise ValueError(
+                f"state at version {self.version} cannot apply {type(event).__name__} with "
+                f"version {event.version}: apply logged events once each, in log order"
+            )
+        handler = self._apply.get(type(event))
+        if handler is not None:
+            handler(event)
+        self.version = event.version
+
+    # --- per event ------------------------------------------------------------------------
+
+    def _session_start(self, event: ev.SessionStart) -> None:
+        self.session_id = event.session_id
+        self.playbook_hash = event.playbook_hash
+        self.timezone = event.timezone
+        self.call = dict(event.call)
+        self.env_keys.update(event.env_keys)
+        self.anchor = _parse_anchor(event)
+
+    def _utterance(self, event: ev.Utterance) -> None:
+        entry = TranscriptEntry(
+            version=event.version,
+            role=event.role,
+            text=event.text,
+            heard_text=event.text,
+            spoke_from_version=event.spoke_from_version,
+            interrupted=event.interrupted,
+            filler=event.filler,
+            kind=event.kind,
+            purpose=event.purpose,
+            message_id=event.message_id,
+        )
+        self._entry_index[event.version] = len(self.transcript)
+        self.transcript.append(entry)
+        if event.role == "user":
+            self.user_turns_in_checkpoint += 1
+            self.silence_count = 0
+        elif event.kind == "verbatim" and self.checkpoint is not None:
+            # The runtime logs a verbatim line at the checkpoint it belongs to.
+            self.verbatim_spoken.add(self.checkpoint)
+        elif event.kind == "talker":
+            self.talker_segments_in_checkpoint += 1
+
+    def _speech_correction(self, event: ev.SpeechCorrection) -> None:
+        entry = self.entry(event.utterance_version)
+        if entry is not None:  # a correction of a non-utterance changes nothing it could see
+            entry.heard_text = event.heard_text
+            entry.interrupted = True
+
+    def _utterance_superseded(self, event: ev.UtteranceSuperseded) -> None:
+        entry = self.entry(event.utterance_version)
+        if entry is None or entry.superseded:
+            return
+        entry.superseded = True
+        # A replaced utterance was never a turn of the caller's.
+        if entry.role == "user" and entry.version > self.checkpoint_entered_version:
+            self.user_turns_in_checkpoint = max(0, self.user_turns_in_checkpoint - 1)
+
+    def _slot_write(self, event: ev.SlotWrite) -> None:
+        self.slots[event.key] = SlotState(event.value, event.status, event.by, event.version)
+        self.denied.discard(event.key)
+
+    def _slot_refused(self, event: ev.SlotRefused) -> None:
+        self._refusals.append(event)
+
+    def _slot_clear(self, event: ev.SlotClear) -> None:
+        key = event.key
+        if key.startswith("results."):
+            self.results.pop(key[len("results.") :], None)
+            return
+        self.slots.pop(key, None)
+        if event.reason == "denied":
+            self.denied.add(key)
+        else:
+            self.denied.discard(key)
+
+    def _advance(self, event: ev.Advance) -> None:
+        self.checkpoint = event.to
+        self.checkpoint_entered_version = event.version
+        self.user_turns_in_checkpoint = 0
+        self.silence_count = 0
+        self.talker_segments_in_checkpoint = 0
+        self.verbatim_spoken = set()
+
+    def _note_consumed(self, event: ev.NoteConsumed) -> None:
+        notes = self.pending_notes
+        while notes and notes[0].version <= event.upto:
+            notes.popleft()
+        refusals = self._refusals
+        while refusals and refusals[0].version <= event.upto:
+            refusals.popleft()
+
+    def _tool_call(self, event: ev.ToolCall) -> None:
+        self.calls[event.tool] = self.calls.get(event.tool, 0) + 1
+
+    def _tool_result(self, event: ev.ToolResult) -> None:
+        if event.store_as:
+            self.results[event.store_as] = ResultState(
+                event.tool, event.ok, event.status, event.data, event.error, event.version
+            )
+        if event.store_as == "pipeline" and event.pipeline is not None:
+            self.last_pipeline_version = event.version
+
+    def _env_write(self, event: ev.EnvWrite) -> None:
+        self.env_keys.add(event.key)
+
+    def _external(self, event: ev.External) -> None:
+        if event.kind == "silence":
+            self.silence_count += 1
+
+    def _degraded(self, event: ev.Degraded) -> None:
+        self.degraded_count += 1
+
+    def _session_end(self, event: ev.SessionEnd) -> None:
+        self.ended = True
+        self.outcome = event.outcome
+        self.end_reason = event.reason
+
+    # --- reading --------------------------------------------------------------------------
+
+    @property
+    def refusals(self) -> list[str]:
+        """``slot_refused`` messages not yet shown to the Talker (oldest first)."""
+        return [event.message for event in self._refusals]
+
+    @property
+    def refusal_events(self) -> list[ev.SlotRefused]:
+        return list(self._refusals)
+
+    def filled(self, key: str) -> bool:
+        """The slot holds a value (only filled slots are present in ``slots``)."""
+        slot = self.slots.get(key)
+        return slot is not None and slot.value is not None
+
+    def value(self, key: str, default: Any = None) -> Any:
+        slot = self.slots.get(key)
+        return default if slot is None else slot.value
+
+    def entry(self, version: int) -> TranscriptEntry | None:
+        """The transcript entry of the utterance logged at ``version``, if any."""
+        index = self._entry_index.get(version)
+        return None if index is None else self.transcript[index]
+
+    def last_user(self) -> TranscriptEntry | None:
+        """The caller's latest utterance that was not superseded."""
+        for entry in reversed(self.transcript):
+            if entry.role == "user" and not entry.superseded:
+                return entry
+        return None
+
+    def last_assistant(
+        self, before_version: int | None = None, *, skip_filler: bool = True
+    ) -> TranscriptEntry | None:
+        """The latest assistant utterance before ``before_version`` (default: the end).
+
+        With ``skip_filler`` barrier rungs (filler lines) are passed over, since a caller's
+        answer is never an answer to "one moment".
+        """
+        for entry in self._before(before_version):
+            if entry.role != "assistant":
+                continue
+            if skip_filler and (entry.filler or entry.kind == "filler"):
+                continue
+            return entry
+        return None
+
+    def read_back_target(self, user_version: int) -> TranscriptEntry | None:
+        """What the caller's utterance at ``user_version`` answers (SPEC §4.3).
+
+        Walks back past filler and superseded utterances; returns the first assistant
+        utterance, or None when a live user utterance (or nothing) comes first.
+        """
+        for entry in self._before(user_version):
+            if entry.role == "user":
+                if entry.superseded:
+                    continue
+                return None
+            if entry.filler or entry.kind == "filler":
+                continue
+            return entry
+        return None
+
+    def _before(self, version: int | None) -> Iterable[TranscriptEntry]:
+        if version is None:
+            end = len(self.transcript)
+        else:
+            index = self._entry_index.get(version)
+            end = index if index is not None else _bisect_versions(self.transcript, version)
+        for i in range(end - 1, -1, -1):
+            yield self.transcript[i]
+
+    # --- scope ----------------------------------------------------------------------------
+
+    def scope(
+        self, env: dict[str, Any] | None = None, pipeline: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The namespaces expressions and templates read (docs/internals.md, SPEC §3).
+
+        Built once per state version and cached, so a turn that evaluates many rules pays
+        once. ``env`` (held by the runtime, never in the state) and ``pipeline``
+        (``{"ok", "failed"}``, only in a pipeline-owned checkpoint's rules) are added when given.
+        The result is shared: read it, do not change it.
+        """
+        if self._scope_version != self.version:
+            self._scope_base = self._build_scope()
+            self._scope_version = self.version
+            self._scope_extra_key = None
+        if env is None and pipeline is None:
+            return self._scope_base
+        cached = self._scope_extra_key
+        # env is compared by identity: the runtime passes the same dict each time.
+        if cached is None or cached[0] is not env or cached[1] != pipeline:
+            extra = dict(self._scope_base)
+            if env is not None:
+                extra["env"] = env
+            if pipeline is not None:
+                extra["pipeline"] = pipeline
+            self._scope_extra = extra
+            self._scope_extra_key = (env, pipeline)
+        return self._scope_extra
+
+    def _build_scope(self) -> dict[str, Any]:
+        call = dict(self.call)
+        call.setdefault("session_id", self.session_id)
+        if call.get("end_reason") is None and self.end_reason is not None:
+            call["end_reason"] = self.end_reason
+        return {
+            "slots": {key: slot.value for key, slot in self.slots.items()},
+            "results": {
+                name: {"ok": r.ok, "status": r.status, "data": r.data, "error": r.error}
+                for name, r in self.results.items()
+            },
+            "call": call,
+            "calls": dict(self.calls),
+            "env": {},
+        }
+
+    # --- comparison -----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every folded field as plain data (for tests, traces and debugging)."""
+        out: dict[str, Any] = {}
+        for name in STATE_FIELDS:
+            value = getattr(self, name)
+            if name == "pending_notes":
+                value = [ev.encode(note) for note in value]
+            elif isinstance(value, list | dict | set):
+                value = value.copy()
+            out[name] = value
+        out["transcript"] = [_entry_tuple(e) for e in self.transcript]
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConversationState):
+            return NotImplemented
+        return self.snapshot() == other.snapshot()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ConversationState(version={self.version}, checkpoint={self.checkpoint!r}, "
+            f"slots={sorted(self.slots)}, ended={self.ended})"
+        )
+
+
+def _entry_tuple(entry: TranscriptEntry) -> tuple[Any, ...]:
+    return (
+        entry.version, entry.role, entry.text, entry.heard_text, entry.spoke_from_version,
+        entry.interrupted, entry.filler, entry.kind, entry.purpose, entry.superseded,
+        entry.message_id,
+    )
+
+
+def _bisect_versions(transcript: list[TranscriptEntry], version: int) -> int:
+    """Index of the first entry with a version >= ``version`` (transcript is version-sorted)."""
+    lo, hi = 0, len(transcript)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if transcript[mid].version < version:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _parse_anchor(event: ev.SessionStart) -> datetime:
+    """The session's date anchor as an aware datetime (a naive one is read in its timezone)."""
+    text = event.anchor
+    try:
+        anchor = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"session_start (version {event.version}): anchor {text!r} is not an ISO 8601 "
+            "time; the runtime must log the call's start time, e.g. 2026-11-30T09:00:00+00:00"
+        ) from exc
+    if anchor.tzinfo is None:
+        try:
+            zone: Any = ZoneInfo(event.timezone) if event.timezone != "UTC" else timezone.utc
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(
+                f"session_start (version {event.version}): unknown timezone "
+                f"{event.timezone!r}; use an IANA name such as Europe/Paris"
+            ) from exc
+        anchor = anchor.replace(tzinfo=zone)
+    return anchor
+
+
+__all__ = [
+    "STATE_FIELDS",
+    "ConversationState",
+    "ResultState",
+    "SlotState",
+    "TranscriptEntry",
+]
