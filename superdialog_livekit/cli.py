@@ -1,0 +1,257 @@
+"""The ``superdialog-livekit`` command: validate, graph, schema, chat.
+
+``chat`` runs a real LiveKit ``AgentSession`` in text mode (no server) with
+``DialogMachineLLM``; it defaults to the offline model ``local/smollm2-135m`` for both roles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from superdialog_core.errors import CallStartError, ConfigError, PlaybookError
+from superdialog_core.playbook import Playbook
+
+__all__ = ["main"]
+
+DEFAULT_MODEL = "local/smollm2-135m"
+
+
+def _console(stderr: bool = False) -> Console:
+    # Plain output when piped, so scripts and tests read clean text.
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+# --- validate ---------------------------------------------------------------------------
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    out = _console()
+    failed = 0
+    for path in args.playbooks:
+        try:
+            playbook = Playbook.load(path)
+        except PlaybookError as exc:
+            failed += 1
+            errors = [p for p in exc.problems if p.severity == "error"]
+            out.print(f"[red]✗ {path}[/red]: {len(errors)} problem(s)")
+            for problem in exc.problems:
+                tag = "error" if problem.severity == "error" else "warning"
+                out.print(f"  {tag}: {problem}", markup=False)
+            continue
+        except OSError as exc:
+            failed += 1
+            out.print(f"[red]✗ {path}[/red]: cannot read: {exc}", markup=True)
+            continue
+        out.print(f"[green]✓ {path}[/green]: {len(playbook.checkpoints)} checkpoints")
+        for warning in playbook.warnings:
+            out.print(f"  warning: {warning}", markup=False)
+    return 1 if failed else 0
+
+
+# --- graph and schema ---------------------------------------------------------------------
+
+
+def _cmd_graph(args: argparse.Namespace) -> int:
+    from .graph import mermaid
+
+    try:
+        playbook = Playbook.load(args.playbook)
+    except PlaybookError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    sys.stdout.write(mermaid(playbook))
+    return 0
+
+
+def playbook_json_schema() -> dict[str, Any]:
+    """JSON Schema for editors: a ``oneOf`` of the full and the simple format."""
+    from superdialog_core.simple import SimplePlaybook
+
+    full = Playbook.model_json_schema(by_alias=True)
+    simple = SimplePlaybook.model_json_schema(by_alias=True)
+    defs: dict[str, Any] = {}
+    for schema in (full, simple):
+        defs.update(schema.pop("$defs", {}))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "superdialog playbook",
+        "oneOf": [full, simple],
+        "$defs": defs,
+    }
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    json.dump(playbook_json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+# --- chat ---------------------------------------------------------------------------------
+
+
+def _load_python_tools(path: Path) -> dict[str, Any]:
+    """Load ``TOOLS = {id: callable}`` from a Python file (the user's own code)."""
+    spec = importlib.util.spec_from_file_location(f"superdialog_tools_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load python tools from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tools = getattr(module, "TOOLS", None)
+    if not isinstance(tools, dict):
+        raise SystemExit(f"{path} must define TOOLS = {{tool_id: callable, ...}}")
+    return tools
+
+
+def _sidecar_tools(playbook_path: Path) -> Path | None:
+    candidate = playbook_path.with_name(playbook_path.stem + "_tools.py")
+    return candidate if candidate.is_file() else None
+
+
+def _describe(event: Any) -> str | None:
+    """One line for an event worth showing beside a reply, or None."""
+    kind = type(event).__name__
+    if kind == "SlotWrite":
+        return f"slot {event.key} = {event.value!r} ({event.status}, by {event.by})"
+    if kind == "SlotClear":
+        return f"slot {event.key} cleared ({event.reason})"
+    if kind == "SlotRefused":
+        return f"refused {event.key}: {event.message}"
+    if kind == "Advance":
+        return f"→ {event.to} ({event.rule_id}, by {event.by})"
+    if kind == "ToolResult":
+        state = "ok" if event.ok else f"failed: {event.error}"
+        status = f" {event.status}" if event.status is not None else ""
+        return f"tool {event.tool}{status} {state}"
+    if kind == "Degraded":
+        return f"degraded {event.component}: {event.detail}"
+    if kind == "SessionEnd":
+        return f"call ended: {event.outcome}"
+    return None
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    from livekit.agents import AgentSession
+
+    from .agent import DialogAgent
+    from .llm import DialogMachineLLM
+
+    err = _console(stderr=True)
+    out = _console()
+    playbook_path = Path(args.playbook)
+    try:
+        playbook = Playbook.load(playbook_path)
+    except PlaybookError as exc:
+        err.print(str(exc), markup=False)
+        return 1
+    tools_path = Path(args.tools) if args.tools else _sidecar_tools(playbook_path)
+    python_tools = _load_python_tools(tools_path) if tools_path else None
+    if tools_path:
+        err.print(f"python tools from {tools_path}: {', '.join(python_tools or {})}", markup=False)
+    call_start = json.loads(args.call_start) if args.call_start else None
+    talker = args.talker or os.environ.get("TALKER_MODEL") or DEFAULT_MODEL
+    director = args.director or os.environ.get("DIRECTOR_MODEL") or talker
+    err.print(f"talker: {talker}  director: {director}", markup=False)
+    try:
+        llm = DialogMachineLLM(
+            playbook, talker=talker, director=director, python_tools=python_tools,
+            call_start=call_start, call={"channel": "web"},
+        )
+    except (CallStartError, ConfigError) as exc:
+        err.print(str(exc), markup=False)
+        return 1
+    interactive = sys.stdin.isatty()
+    shown = 0
+
+    def show(reply: str) -> None:
+        nonlocal shown
+        events = list(llm.runtime.log)[shown:]
+        shown += len(events)
+        table = Table.grid(padding=(0, 2))
+        table.add_column(ratio=3)
+        table.add_column(ratio=2, style="dim")
+        changes = [line for line in map(_describe, events) if line]
+        table.add_row(f"[bold]agent:[/bold] {reply or '(silence)'}", "\n".join(changes))
+        out.print(table)
+
+    async with AgentSession(llm=llm) as session:
+        opening = await session.start(DialogAgent(llm), capture_run=True)
+        show(_reply_text(opening))
+        while not llm.runtime.state.ended:
+            if interactive:
+                try:
+                    line = await asyncio.to_thread(input, "you: ")
+                except EOFError:
+                    break
+            else:
+                line = sys.stdin.readline()
+                if not line:
+                    break
+                line = line.rstrip("\n")
+                out.print(f"[bold]you:[/bold] {line}", markup=True)
+            if not line.strip():
+                continue
+            result = await session.run(user_input=line)
+            show(_reply_text(result))
+    state = llm.runtime.state
+    out.print(f"checkpoint: {state.checkpoint}  ended: {state.ended}  outcome: {state.outcome}")
+    return 0
+
+
+def _reply_text(result: Any) -> str:
+    texts = []
+    for event in getattr(result, "events", []) or []:
+        item = getattr(event, "item", None)
+        if getattr(item, "type", None) == "message" and getattr(item, "role", None) == "assistant":
+            texts.append(item.text_content or "")
+    return " ".join(t for t in texts if t)
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    return asyncio.run(_chat(args))
+
+
+# --- entry point --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="superdialog-livekit",
+        description="Validate, draw, describe and chat with superdialog playbooks.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="check playbooks; print every problem; exit 1 on any")
+    p.add_argument("playbooks", nargs="+")
+    p.set_defaults(func=_cmd_validate)
+    p = sub.add_parser("graph", help="print a Mermaid flowchart of a playbook")
+    p.add_argument("playbook")
+    p.set_defaults(func=_cmd_graph)
+    p = sub.add_parser("schema", help="print the JSON Schema of the playbook formats")
+    p.set_defaults(func=_cmd_schema)
+    p = sub.add_parser("chat", help="talk to a playbook in the terminal (or from piped lines)")
+    p.add_argument("playbook")
+    p.add_argument("--talker", help=f"model URI for the Talker (default {DEFAULT_MODEL})")
+    p.add_argument("--director", help="model URI for the Director (default: the talker)")
+    p.add_argument("--call-start", help="call-start values as JSON, e.g. '{\"clinic_id\": \"c1\"}'")
+    p.add_argument("--tools", help="Python file defining TOOLS = {id: callable} "
+                   "(default: <playbook>_tools.py next to the playbook, if present)")
+    p.set_defaults(func=_cmd_chat)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
