@@ -45,24 +45,24 @@ def _openai_llm(model: str, *, base_url: str | None, api_key: str | None) -> llm
 
 
 def _local_llm(uri: str, name: str) -> llm.LLM:
-    """The hook for ``local/...`` URIs.
+    """``local/<name>``: the llama.cpp server of ``superdialog_livekit.local`` (the ``local`` extra).
 
-    ``superdialog_livekit.local`` (the ``local`` extra: llama-cpp-python's server) provides
-    ``llm_for_local(name) -> llm.LLM``; until it is installed, the URI is a clear ConfigError.
+    Starting the server blocks until it answers (call it at load, e.g. in a worker's prewarm).
+    Any failure (llama-cpp-python or the model package missing, server not ready) is a
+    ConfigError that says which extra to install.
     """
     try:
-        from superdialog_livekit import local  # type: ignore[attr-defined]
+        from superdialog_livekit.local import LocalModelError, local_server
     except ImportError as exc:
-        raise _problem(
-            uri,
-            "local models need the 'local' extra",
-            "pip install 'superdialog-livekit[local]', or use an openai/... or http://...#model URI",
-        ) from exc
-    factory = getattr(local, "llm_for_local", None)
-    if factory is None:
-        raise _problem(uri, "local models need the 'local' extra (superdialog_livekit.local has no llm_for_local)",
-                       "pip install 'superdialog-livekit[local]'")
-    return factory(name)
+        raise _problem(uri, "local models need the 'local' extra",
+                       "pip install 'superdialog-livekit[local]'") from exc
+    try:
+        server = local_server(name)
+    except LocalModelError as exc:
+        raise _problem(uri, f"local models need the 'local' extra: {exc}",
+                       "pip install 'superdialog-livekit[local]', or use an openai/... or "
+                       "http://...#model URI") from exc
+    return _openai_llm(server.alias, base_url=server.base_url, api_key=_NO_KEY)
 
 
 def llm_from_uri(uri: str, *, base_url: str | None = None) -> llm.LLM:

@@ -70,14 +70,20 @@ def test_bad_uris_say_what_is_wrong_and_list_the_forms(uri: str, message: str) -
     assert "openai/<model>" in text or "write" in text or "append" in text
 
 
-def test_local_uri_without_the_extra_is_a_config_error() -> None:
-    try:
-        import superdialog_livekit.local  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="local models need the 'local' extra"):
-            llm_from_uri("local/smollm2-135m")
-    else:
-        pytest.skip("superdialog_livekit.local exists: its own tests cover local/ URIs")
+def test_local_uri_without_the_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    # Simulate a machine without the 'local' extra, whatever this one has installed.
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match="local models need the 'local' extra"):
+        llm_from_uri("local/smollm2-135m")
+
+
+def test_unknown_local_model_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"smollm2-135m|local models need"):
+        llm_from_uri("local/not-a-model")
 
 
 def test_resolve_llm_passes_llm_instances_through_and_rejects_other_types() -> None:
