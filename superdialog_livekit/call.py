@@ -13,15 +13,12 @@ problem; nothing is returned (so nothing can be saved) unless every value fits.
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
 import string
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import phonenumbers
 from superdialog_core.errors import CallStartError, Problem
@@ -97,64 +94,28 @@ def dispatch_metadata(ctx: Any) -> dict[str, Any]:
 
 
 def _value_context(playbook: Playbook) -> Any:
+    from superdialog_core.startup import anchor_time, language_of
     from superdialog_core.values import ValueContext
 
-    tz = playbook.guidelines.timezone or "UTC"
-    language = playbook.guidelines.language
-    if isinstance(language, list):
-        language = language[0] if language else "en"
     return ValueContext(
-        now=datetime.now(ZoneInfo(tz)),
-        timezone=tz,
+        now=anchor_time(playbook, None),
+        timezone=playbook.guidelines.timezone,
         phone_region=playbook.policies.phone_region,
-        language=language,
+        language=language_of(playbook),
     )
 
 
-def validate_call_start(
-    values: Mapping[str, Any], playbook: Playbook, *, where: str = "call_start"
-) -> dict[str, Any]:
+def validate_call_start(values: Mapping[str, Any], playbook: Playbook) -> dict[str, Any]:
     """Coerce ``values`` against ``playbook.call_start``; every problem is raised together.
 
-    Missing required names (absent, ``None`` or ``""``), unknown names and values that do not fit
-    their type are each a ``Problem``. Optional names given as ``None`` are skipped.
+    The engine's own check (unknown names with did-you-mean, missing required names, values
+    that do not fit) runs here, before the greeting, with one addition for dispatch payloads:
+    an empty string counts as missing (a backend that sends ``""`` for an unknown id).
     """
-    from superdialog_core.values import ValueRefused, coerce
+    from superdialog_core.startup import check_call_start
 
-    declared = playbook.call_start
-    problems: list[Problem] = []
-    out: dict[str, Any] = {}
-    ctx = _value_context(playbook) if values else None
-    for key, raw in values.items():
-        spec = declared.get(key)
-        if spec is None:
-            close = difflib.get_close_matches(key, list(declared), n=1)
-            if close:
-                hint = f"did you mean '{close[0]}'?"
-            elif declared:
-                hint = "declared names: " + ", ".join(sorted(declared))
-            else:
-                hint = "the playbook declares no call_start values; add a top-level call_start: block"
-            problems.append(Problem(f"{where}.{key}", "is not declared in the playbook's call_start", hint))
-            continue
-        if raw is None or raw == "":
-            continue  # reported below if required
-        try:
-            out[key] = coerce(key, spec, raw, ctx)
-        except ValueRefused as exc:
-            problems.append(
-                Problem(f"{where}.{key}", f"value {raw!r} does not fit: {exc.message}",
-                        hint=f"send a {spec.type} value")
-            )
-    for key, spec in declared.items():
-        if spec.required and (values.get(key) is None or values.get(key) == ""):
-            problems.append(
-                Problem(f"{where}.{key}", "is required but missing",
-                        hint=f"put \"{key}\" in the dispatch metadata's call_start object")
-            )
-    if problems:
-        raise CallStartError(problems)
-    return out
+    cleaned = {key: (None if value == "" else value) for key, value in values.items()}
+    return check_call_start(playbook, cleaned, _value_context(playbook))
 
 
 def call_start_from_job(ctx: Any, playbook: Playbook) -> dict[str, Any]:

@@ -61,20 +61,20 @@ def test_every_problem_is_listed_and_nothing_is_returned(playbook: Playbook) -> 
     paths = {p.path for p in info.value.problems}
     assert paths == {"call_start.brnd", "call_start.party_size", "call_start.customer_id"}
     text = str(info.value)
-    assert "did you mean 'brand'?" in text
-    assert "is required but missing" in text
+    assert "brand" in text  # the did-you-mean hint
+    assert "'customer_id' is missing" in text
     assert "'lots' does not fit" in text
 
 
 def test_empty_string_counts_as_missing(playbook: Playbook) -> None:
-    with pytest.raises(CallStartError, match="customer_id: is required"):
+    with pytest.raises(CallStartError, match="required call-start value 'customer_id' is missing"):
         _start(json.dumps({"call_start": {"customer_id": ""}}), playbook)
 
 
 def test_malformed_metadata_is_a_call_start_error(playbook: Playbook) -> None:
-    with pytest.raises(CallStartError, match="job.metadata: is not valid JSON"):
+    with pytest.raises(CallStartError, match=r"job\.metadata: is not valid JSON"):
         _start("{not json", playbook)
-    with pytest.raises(CallStartError, match="job.metadata.call_start: must be a JSON object"):
+    with pytest.raises(CallStartError, match=r"job\.metadata\.call_start: must be a JSON object"):
         _start(json.dumps({"call_start": ["C-1"]}), playbook)
 
 
