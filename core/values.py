@@ -141,28 +141,51 @@ def _str(key: str, spec: SlotSpec, raw: Any, ctx: ValueContext) -> str:
         text = _collapse(raw)
     else:
         raise ValueRefused(key, "that is a list or a record, not a short text; ask the caller for it again")
-    if not spec.allow_empty and (not text or text.casefold() == "null"):
+    # "null" is a model placeholder, never a caller's answer; "" is one only where allowed
+    if text.casefold() == "null" or (not text and not spec.allow_empty):
         raise ValueRefused(key, "nothing was given for it; ask the caller for it again")
     return text[:STR_MAX].rstrip()
 
 
-def _decimal(text: str, language: str) -> float | None:
-    """Read digits as a number: plain JSON-style text first, then the language's grouping rules."""
+@lru_cache(maxsize=16)
+def _number_locales(language: str) -> tuple[str, ...]:
+    """English (how a model writes numbers) plus the call's locale, when Babel knows it."""
+    from babel import Locale, UnknownLocaleError
+
+    name = language.replace("-", "_")
+    try:
+        Locale.parse(name)
+    except (UnknownLocaleError, ValueError):
+        log.warning("Babel does not know locale %r; numbers are read as English", language)
+        return ("en",)
+    return ("en",) if name.split("_")[0].lower() == "en" else ("en", name)
+
+
+def _decimal(key: str, text: str, language: str) -> float | None:
+    """Read digits as a number, refusing text that reads differently in English and the call's locale."""
+    readings: set[float] = set()
     try:
         number = float(text)
     except ValueError:
         number = None
     if number is not None:
         # float() also reads "nan", "inf" and "1_0"; none of those is a number a caller said
-        return number if math.isfinite(number) and "_" not in text else None
-    if not any(ch.isdigit() for ch in text):
-        return None
+        if not math.isfinite(number) or "_" in text:
+            return None
+        readings.add(number)
+    locales = _number_locales(language)
+    if not any(ch.isdigit() for ch in text) or (readings and locales == ("en",)):
+        return readings.pop() if readings else None
     from babel.numbers import NumberFormatError, parse_decimal
 
-    try:
-        return float(parse_decimal(text, locale=language.replace("-", "_"), strict=True))
-    except (NumberFormatError, ValueError):
-        return None
+    for locale in locales:
+        try:
+            readings.add(float(parse_decimal(text, locale=locale, strict=True)))
+        except (NumberFormatError, ValueError):
+            continue
+    if len(readings) > 1:  # "1,000" is a thousand in English and one in German: ask
+        raise ValueRefused(key, "that could mean more than one number; ask the caller for it again")
+    return readings.pop() if readings else None
 
 
 def _number(key: str, raw: Any, ctx: ValueContext, noun: str) -> float:
@@ -173,7 +196,7 @@ def _number(key: str, raw: Any, ctx: ValueContext, noun: str) -> float:
             raise ValueRefused(key, "that is not a finite number; ask the caller for it again")
         return raw
     text = _short_text(key, raw, noun, "ask the caller for the number again")
-    number = _decimal(text, ctx.language)
+    number = _decimal(key, text, ctx.language)
     if number is None:
         if not any(ch.isdigit() for ch in text):
             raise ValueRefused(

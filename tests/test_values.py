@@ -81,6 +81,7 @@ def test_str_is_capped() -> None:
 def test_str_empty_or_null_is_refused_unless_allowed(raw: str) -> None:
     assert refused("str", raw, key="name").startswith("name: nothing was given")
     assert ok("str", "", allow_empty=True) == ""
+    refused("str", "null", allow_empty=True)
 
 
 def test_str_refuses_containers_and_non_finite_numbers() -> None:
@@ -350,3 +351,14 @@ def test_dates_in_the_call_language() -> None:
     assert ok("date", "tomorrow", de) == "2026-12-01"  # English stays readable
     gb = ValueContext(now=NOW, timezone="Europe/London", language="en-GB")
     assert ok("date", "tomorrow", gb) == "2026-12-01"
+
+
+def test_grouped_numbers_follow_the_call_locale_and_ambiguity_is_asked() -> None:
+    de = ValueContext(now=NOW, timezone="Europe/Berlin", language="de")
+    assert ok("float", "1,5", de) == 1.5
+    assert ok("float", "2.5", de) == 2.5
+    assert ok("int", "12", de) == 12
+    assert "more than one number" in refused("int", "1,000", de)
+    assert "more than one number" in refused("int", "1.000", de)
+    assert ok("int", "1,000") == 1000
+    refused("float", "1,5")  # not a number in English
