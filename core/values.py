@@ -99,7 +99,10 @@ def warm_up(language: str = "en") -> None:
     phonenumbers.parse("+49 30 1234567", None)
     ctx = ValueContext(now=datetime.now(ZoneInfo("UTC")), timezone="UTC", language=language)
     _dateparse("tomorrow at 8 pm", ctx, "DMY")
-    _decimal("warm_up", "1,000", language)  # Babel's locale data, for grouped digits
+    from babel.numbers import parse_decimal
+
+    for locale in _number_locales(language):  # Babel's locale data, for grouped digits
+        parse_decimal("1", locale=locale)
 
 
 # --- helpers ---------------------------------------------------------------------------------
