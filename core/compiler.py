@@ -1,0 +1,115 @@
+"""Compile every expression and template of a playbook once, at load (SPEC §2.3, §3).
+
+The compiled objects are attached as the private attributes listed in docs/internals.md
+(``AdvanceRule._expr``, ``Checkpoint._guidance/_say_verbatim/_exit_say``, ``ToolSpec._when/_url/
+_headers/_body``, ``Playbook._views``), so a turn only evaluates and renders. A syntax error,
+an unknown namespace, or a read of an undeclared slot becomes a Problem with the path of the
+text that holds it, instead of a rule that silently never fires.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .errors import Problem
+from .playbook import Playbook
+from .problems import hint_for, join_path
+
+_SLOT_READ = re.compile(r"\bslots\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
+
+
+class _Compiler:
+    def __init__(self, playbook: Playbook) -> None:
+        from . import expr, templates
+
+        self.expr = expr
+        self.templates = templates
+        self.pb = playbook
+        self.declared = playbook.declared_slots()
+        self.problems: list[Problem] = []
+
+    def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool) -> Any:
+        context = self.expr.ExprContext(
+            declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline, allow_env=allow_env
+        )
+        try:
+            return self.expr.compile_expr(text, context=context)
+        except self.expr.ExprError as exc:
+            self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
+            return None
+
+    def _expr_hint(self, text: str, exc: Exception) -> str | None:
+        if "did you mean" in str(exc):
+            return None  # expr.py already named the closest slot
+        for match in _SLOT_READ.finditer(text):
+            key = match.group(1) or match.group(2)
+            if key not in self.declared:
+                return hint_for(key, self.declared) or "declare it under a checkpoint's slots"
+        message = str(exc)
+        if "pipeline" in message:
+            return "`pipeline` is only readable in the rules of a checkpoint that runs a pipeline"
+        if "env" in message:
+            return "env values never reach speech or views; read them in rules and tool `when`"
+        return None
+
+    def template(self, compile_fn: Callable[[Any], Any], source: Any, path: str, *, speech: bool = False) -> Any:
+        try:
+            compiled = compile_fn(source)
+        except self.templates.TemplateError as exc:
+            self.problems.append(Problem(path, f"invalid template: {exc}"))
+            return None
+        roots = getattr(compiled, "roots", frozenset()) or frozenset()
+        if speech and "env" in roots:
+            self.problems.append(Problem(path, "speech templates cannot read env (env values never reach the caller)",
+                                         "read env in tool templates, rules or tool `when` only"))
+        for name in sorted(roots & self.declared - {"slots", "env", "results", "call", "calls", "views", "args"}):
+            self.problems.append(Problem(path, f"template reads bare name {name!r}", f"write slots.{name}"))
+        for key in sorted(getattr(compiled, "slot_refs", ()) or ()):
+            if key not in self.declared:
+                self.problems.append(Problem(
+                    path, f"template reads undeclared slot {key!r}",
+                    hint_for(key, self.declared) or "declare it under a checkpoint's slots"))
+        return compiled
+
+    def run(self) -> list[Problem]:
+        from .validate import iter_checkpoints
+
+        def speech(text: str, path: str) -> Any:
+            return self.template(self.templates.compile_speech, text, path, speech=True)
+
+        for path, _, cp in iter_checkpoints(self.pb):
+            for index, rule in enumerate(cp.advance_when):
+                if rule.judge == "expr":
+                    rule._expr = self.expression(
+                        rule.when, join_path(path, "advance_when", index, "when"),
+                        allow_pipeline=cp.pipeline is not None, allow_env=True)
+            cp._guidance = speech(cp.guidance, join_path(path, "guidance")) if cp.guidance else None
+            cp._say_verbatim = (speech(cp.say_verbatim, join_path(path, "say_verbatim"))
+                                if cp.say_verbatim is not None else None)
+            cp._exit_say = speech(cp.exit_say, join_path(path, "exit_say")) if cp.exit_say else None
+        for index, tool in enumerate(self.pb.tools):
+            path = join_path("tools", index)
+            if tool.when is not None:
+                tool._when = self.expression(tool.when, join_path(path, "when"), allow_pipeline=False, allow_env=True)
+            tool._url = self.template(self.templates.compile_tool_text, tool.url, join_path(path, "url")) if tool.url else None
+            tool._headers = {
+                name: self.template(self.templates.compile_tool_text, value, join_path(path, "headers", name))
+                for name, value in tool.headers.items()
+            }
+            tool._body = (self.template(self.templates.compile_tool_body, tool.body, join_path(path, "body"))
+                          if tool.body is not None else None)
+        self.pb._views = {
+            name: self.expression(text, join_path("views", name), allow_pipeline=False, allow_env=False)
+            for name, text in self.pb.views.items()
+        }
+        return self.problems
+
+
+def compile_playbook(playbook: Playbook) -> list[Problem]:
+    """Compile and attach every expression and template; return the problems found."""
+    return _Compiler(playbook).run()
+
+
+__all__ = ["compile_playbook"]
