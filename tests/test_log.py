@@ -138,3 +138,21 @@ def test_invalid_utf8_names_the_line() -> None:
         EventLog.from_jsonl(good + b'{"type":"utterance","text":"\xff"}\n')
     assert info.value.line_number == 6
     assert len(info.value.prefix) == 5
+
+
+def test_docs_events_md_shows_every_event_type_with_lines_that_decode() -> None:
+    import json
+    from pathlib import Path
+
+    from superdialog_core.events import EVENT_TYPES, decode
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "events.md"
+    lines = [line for line in doc.read_text(encoding="utf-8").splitlines()
+             if line.startswith('{"type":')]
+    seen = set()
+    for line in lines:
+        event = decode(line)
+        # The example is exactly the encoding (no hand-written drift from the real form).
+        assert encode(event).decode() == line, line
+        seen.add(json.loads(line)["type"])
+    assert seen == set(EVENT_TYPES), f"undocumented: {set(EVENT_TYPES) - seen}"
