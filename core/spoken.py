@@ -1,0 +1,153 @@
+"""Spoken forms for template filters (SPEC §16): dates, times and digit strings as a TTS should say them.
+
+Values that are not there (``None``, a Jinja undefined) pass through unchanged, so
+``{{ slots.day | spoken_date | default('that day') }}`` still works; values that cannot be
+parsed are returned unchanged rather than dropped (the caller still hears something).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, time
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from babel import Locale
+
+__all__ = ["spoken_date", "spoken_digits", "spoken_time"]
+
+# CLDR puts narrow/no-break spaces before AM/PM; some TTS engines read them oddly.
+_SPACES = str.maketrans({"\u202f": " ", "\u00a0": " "})
+# Separators an author or caller types inside a number; they mark groups, they are not spoken.
+_SEPARATORS = re.compile(r"[\s\-./()]+")
+
+
+@lru_cache(maxsize=64)
+def _locale(language: str) -> Locale:
+    # Babel is imported on first use: importing the engine must stay cheap (SPEC §14).
+    from babel import Locale, UnknownLocaleError
+
+    try:
+        return Locale.parse(language.replace("-", "_"))
+    except (UnknownLocaleError, ValueError, TypeError):
+        raise ValueError(
+            f"unknown language {language!r} for a spoken form; use a code such as 'en' or 'de_DE'"
+        ) from None
+
+
+@lru_cache(maxsize=64)
+def _date_pattern(language: str) -> str:
+    """The locale's own order for weekday, month name and day ("EEEE, MMMM d" in English)."""
+    from babel.dates import match_skeleton
+
+    locale = _locale(language)
+    skeleton = match_skeleton("MMMMEEEEd", locale.datetime_skeletons) or "MMMMEd"
+    pattern = str(locale.datetime_skeletons[skeleton].pattern)
+    # Skeletons give an abbreviated weekday ("Tue"); a voice says it in full. Quoted text stays.
+    return re.sub(r"('[^']*')|E+|c+", lambda m: m.group(1) or "EEEE", pattern)
+
+
+def _absent(value: Any) -> bool:
+    # Jinja's Undefined (and subclasses) is recognised by duck type to keep this module Jinja-free.
+    return value is None or type(value).__name__.endswith("Undefined")
+
+
+def spoken_date(value: Any, language: str = "en") -> Any:
+    """ISO date (or date/datetime) → "Tuesday, December 1" in ``language``; else unchanged."""
+    if _absent(value):
+        return value
+    day: date | None
+    if isinstance(value, datetime):
+        day = value.date()
+    elif isinstance(value, date):
+        day = value
+    elif isinstance(value, str):
+        day = _parse_date(value.strip())
+    else:
+        day = None
+    if day is None:
+        return value
+    from babel.dates import format_date
+
+    text = format_date(day, format=_date_pattern(language), locale=_locale(language))
+    return text.translate(_SPACES)
+
+
+def _parse_date(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).date()
+    except ValueError:
+        return None
+
+
+def spoken_time(value: Any, language: str = "en") -> Any:
+    """ "14:30" (or a time/datetime) → "2:30 PM" in English, the locale's short time elsewhere."""
+    if _absent(value):
+        return value
+    moment: time | None
+    if isinstance(value, datetime):
+        moment = value.timetz() if value.tzinfo else value.time()
+    elif isinstance(value, time):
+        moment = value
+    elif isinstance(value, str):
+        moment = _parse_time(value.strip())
+    else:
+        moment = None
+    if moment is None:
+        return value
+    # format_time would convert an aware time to UTC; speak the wall clock that was written.
+    from babel.dates import format_time
+
+    wall = moment.replace(tzinfo=None)
+    return format_time(wall, format="short", locale=_locale(language)).translate(_SPACES)
+
+
+def _parse_time(text: str) -> time | None:
+    try:
+        return time.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).time()
+    except ValueError:
+        return None
+
+
+def spoken_digits(value: Any) -> Any:
+    """Spell a phone number or reference one character at a time, in groups.
+
+    "+49 30 123456" → "plus 4 9, 3 0, 1 2 3, 4 5 6". Grouping: the separators the value already
+    has (spaces, dashes, dots, slashes, brackets) mark groups; a run longer than four characters
+    is cut into threes, and a lone last character joins the group before it (3-3-4, never
+    3-3-3-1), the way people read numbers aloud. Letters are kept (upper-cased, "ab12" → "A B 1
+    2") so a TTS engine says them one by one; a leading "+" is said "plus". Commas make the
+    pauses between groups.
+    """
+    if _absent(value):
+        return value
+    text = str(value).strip()
+    if not text:
+        return text
+    prefix = ""
+    if text.startswith("+"):
+        prefix, text = "plus ", text[1:]
+    groups: list[str] = []
+    for run in _SEPARATORS.split(text):
+        if run:
+            groups.extend(_cut(run))
+    spoken = ", ".join(" ".join(group.upper()) for group in groups)
+    return (prefix + spoken).strip()
+
+
+def _cut(run: str) -> list[str]:
+    if len(run) <= 4:
+        return [run]
+    pieces = [run[i : i + 3] for i in range(0, len(run), 3)]
+    if len(pieces[-1]) == 1:  # 3-3-3-1 → 3-3-4
+        pieces[-2:] = [pieces[-2] + pieces[-1]]
+    return pieces
