@@ -1,0 +1,307 @@
+"""The Talker's view (SPEC §8) and the never_say stream filter.
+
+``build_talker_request`` runs on every segment, so it only reads: the guidance template and
+views were compiled at load (a playbook built without the loader gets its guidance compiled
+once, on first use, and cached on the checkpoint). The system message puts what is stable for
+the call first (persona, voice guidelines, date anchor) for prompt caching, then the step:
+goal and guidance, still-needed slots, read-back items, refusals, steering notes, never_say,
+known values with their status, views, and what this segment must do. The transcript follows,
+packed newest-first into the token budget. Env values are never in the view.
+
+``NeverSayFilter`` enforces ``never_say`` on the stream without delaying it: it holds back only
+a tail that could still grow into a phrase (at most the longest phrase's length minus one
+characters), cuts a matched phrase and the rest of its sentence, and never retracts text it
+already returned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import date
+from typing import Any
+
+from .director import date_anchor, heard
+from .models import TalkerRequest
+from .playbook import Checkpoint, Playbook
+from .slots import read_back_items
+
+PURPOSES = ("opening", "reply", "follow_through", "closing")
+PLACEHOLDER = "[call connected]"
+ENTRY_OVERHEAD = 4
+
+VOICE_GUIDELINES = (
+    "You are speaking on a live voice call; everything you write is spoken aloud. Use short "
+    "spoken sentences, one to three per turn. Ask one question at a time. No lists, no "
+    "markdown, no emojis, no stage directions. Never mention tools, systems, steps, notes or "
+    "these instructions. State only facts from Known information or Reference data; if asked "
+    "something else, say you will check."
+)
+_PURPOSE_LINES = {
+    "opening": "This is the start of the call: greet the caller and begin as the goal says.",
+    "follow_through": "We just moved to this step: speak now. Go straight to what this step "
+                      "needs; do not repeat what was just said.",
+    "closing": "The call is ending: give a brief, warm close in one or two short sentences. "
+               "No questions, no offers, no new information.",
+}
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap token estimate: UTF-8 bytes / 4, at least 1."""
+    return max(1, len(text.encode("utf-8")) // 4)
+
+
+def _guidance_template(checkpoint: Checkpoint) -> Any | None:
+    """The compiled guidance; compiled once here only if the loader did not (cached after)."""
+    template = checkpoint._guidance
+    if template is None and checkpoint.guidance.strip():
+        from .templates import compile_speech  # only for playbooks built without the loader
+
+        template = compile_speech(checkpoint.guidance)
+        checkpoint._guidance = template
+    return template
+
+
+def _spoken_value(spec_type: str | None, value: Any) -> str:
+    """A value as the Talker should read it: dates get their weekday, others as written."""
+    if spec_type == "date" and isinstance(value, str):
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            return value
+        return f"{_WEEKDAYS[day.weekday()]} {day.day} {_MONTHS[day.month - 1]} {day.year}"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _views(playbook: Playbook, scope: Mapping[str, Any],
+           on_error: Callable[[str], None] | None) -> dict[str, Any]:
+    """Every view's value on a scope without env; None and empty values are left out."""
+    out: dict[str, Any] = {}
+    for name, expr in playbook._views.items():
+        handler = None if on_error is None else (lambda d, n=name: on_error(f"view:{n}:{d}"))
+        value = expr.evaluate(scope, on_error=handler)
+        if value is None or value == [] or value == {} or value == "":
+            continue
+        out[name] = value
+    return out
+
+
+def _system_message(state: Any, playbook: Playbook, purpose: str,
+                    scope: Mapping[str, Any], on_error: Callable[[str], None] | None) -> str:
+    cp = playbook.checkpoint(state.checkpoint)
+    blocks: list[str] = []
+    persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."
+    blocks.append(persona)
+    blocks.append(VOICE_GUIDELINES)
+    blocks.append(date_anchor(state))
+
+    views = _views(playbook, scope, on_error) if playbook._views else {}
+    step = ["## Current step"]
+    if cp.goal.strip():
+        step.append(f"Goal: {cp.goal.strip()}")
+    template = _guidance_template(cp)
+    if template is not None:
+        text, error = template.render({**scope, "views": views} if views else scope)
+        if error is not None and on_error is not None:
+            on_error(f"guidance:{state.checkpoint}:{error}")
+        if text.strip():
+            step.append(text.strip())
+    blocks.append("\n".join(step))
+
+    needed = [k for k, spec in cp.slots.items() if spec.required and not state.filled(k)]
+    if needed:
+        blocks.append("Still needed: " + ", ".join(needed))
+
+    read_back = read_back_items(state, playbook)
+    if read_back:
+        items = []
+        for key in read_back:
+            spec = playbook.slot_spec(key)
+            value = _spoken_value(spec.type if spec else None, state.value(key))
+            items.append(f"{key}: {value}")
+        blocks.append("Read back and confirm: " + "; ".join(items) + ". Read these back to the "
+                      "caller in one sentence and ask whether they are right.")
+
+    refusals = [getattr(r, "message", r) for r in state.refusals]
+    if refusals:
+        blocks.append("Refused values (tell the caller and ask again):\n"
+                      + "\n".join(f"- {m}" for m in refusals))
+
+    if state.pending_notes:
+        notes = [f"- {'Correction: ' if n.kind == 'repair' else ''}{n.text}"
+                 for n in state.pending_notes]
+        blocks.append("Notes from the supervisor (act on them):\n" + "\n".join(notes))
+
+    if cp.never_say:
+        blocks.append("Never say: " + "; ".join(cp.never_say))
+
+    if state.slots:
+        known = []
+        for key, slot in state.slots.items():
+            spec = playbook.slot_spec(key)
+            line = f"- {key}: {_spoken_value(spec.type if spec else None, slot.value)}"
+            if slot.status == "provisional":
+                line += " (not yet confirmed)"
+            known.append(line)
+        blocks.append("## Known information\n" + "\n".join(known))
+
+    if views:
+        blocks.append("## Reference data\n"
+                      + "\n".join(f"- {name}: {value}" for name, value in views.items()))
+
+    line = _PURPOSE_LINES.get(purpose)
+    if line:
+        blocks.append(line)
+    return "\n\n".join(blocks)
+
+
+def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
+    """Newest-first into ``budget`` tokens; the newest entry always kept; roles merged."""
+    kept: list[tuple[str, str]] = []
+    used = 0
+    for entry in reversed(transcript):
+        if entry.superseded:
+            continue
+        text = heard(entry) if entry.role == "assistant" else entry.text
+        if not text.strip():
+            continue  # the caller heard nothing of it
+        cost = estimate_tokens(text) + ENTRY_OVERHEAD
+        if kept and used + cost > budget:
+            break
+        kept.append((entry.role, text))
+        used += cost
+    messages: list[dict[str, str]] = []
+    for role, text in reversed(kept):
+        if messages and messages[-1]["role"] == role:
+            # Several segments of one turn are one message (providers want alternation).
+            messages[-1]["content"] += " " + text
+        else:
+            messages.append({"role": role, "content": text})
+    if not messages or messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": PLACEHOLDER})
+    return messages
+
+
+def build_talker_request(
+    state: Any,
+    playbook: Playbook,
+    *,
+    purpose: str,
+    token_budget: int = 4000,
+    views_scope: Mapping[str, Any] | None = None,
+    on_error: Callable[[str], None] | None = None,
+) -> TalkerRequest:
+    """The Talker's messages for one segment, rendered from the state as it is now.
+
+    ``views_scope``: the scope for guidance and views (default ``state.scope()``); any env in
+    it is dropped. ``on_error(detail)`` is called for a guidance render or view error, so the
+    runtime can log one ``degraded`` event.
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown Talker purpose {purpose!r}; use one of {', '.join(PURPOSES)}")
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be at least 1, got {token_budget}")
+    scope = state.scope() if views_scope is None else views_scope
+    if scope.get("env"):
+        scope = {**scope, "env": {}}  # env never reaches the Talker (SPEC §2.2)
+    system = _system_message(state, playbook, purpose, scope, on_error)
+    budget = token_budget - estimate_tokens(system) - ENTRY_OVERHEAD
+    messages = [{"role": "system", "content": system}, *_pack(state.transcript, budget)]
+    return TalkerRequest(messages=messages, purpose=purpose,  # type: ignore[arg-type]
+                         spoke_from_version=state.version)
+
+
+# --- never_say -----------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"[.!?\n…。।]")
+
+
+class NeverSayFilter:
+    """Removes never_say phrases from a streamed reply without delaying it.
+
+    ``feed(chunk)`` returns the text that is safe to speak now. It holds back only the tail
+    that is a proper prefix of some phrase (case-insensitive), so at most the longest phrase's
+    length minus one characters, and nothing at all when no phrase could start there. A
+    matched phrase is cut together with the rest of its sentence (up to the next ``.``, ``!``,
+    ``?`` or newline); speech resumes after it. ``close()`` returns what was held back.
+    Text once returned is never retracted. Without phrases, chunks pass through unchanged.
+    """
+
+    def __init__(self, phrases: Iterable[str]) -> None:
+        cleaned = sorted({p for p in phrases if p and p.strip()}, key=len, reverse=True)
+        self._pattern = (re.compile("|".join(re.escape(p) for p in cleaned), re.IGNORECASE)
+                         if cleaned else None)
+        self._prefixes = {p.lower()[:i] for p in cleaned for i in range(1, len(p))}
+        self.hold_max = max((len(p) for p in cleaned), default=1) - 1
+        self._pending = ""
+        self._dropping = False
+        self._strip_leading = False
+        self._last = ""  # last character returned, to keep one space across a cut
+
+    def feed(self, chunk: str) -> str:
+        """Text of ``chunk`` (plus anything held before) that is safe to speak now."""
+        if self._pattern is None:
+            return chunk
+        return self._process(self._pending + chunk, final=False)
+
+    def close(self) -> str:
+        """The held-back remainder, filtered; the filter is empty afterwards."""
+        if self._pattern is None:
+            return ""
+        text, self._pending = self._pending, ""
+        return self._process(text, final=True)
+
+    def _held(self, text: str) -> int:
+        """Length of the longest tail of ``text`` that could still become a phrase."""
+        for size in range(min(self.hold_max, len(text)), 0, -1):
+            if text[-size:].lower() in self._prefixes:
+                return size
+        return 0
+
+    def _process(self, text: str, *, final: bool) -> str:
+        assert self._pattern is not None
+        out: list[str] = []
+        while text:
+            if self._dropping:
+                end = _SENTENCE_END.search(text)
+                if end is None:
+                    text = ""
+                    break
+                text = text[end.end():]
+                self._dropping = False
+                self._strip_leading = True
+                continue
+            if self._strip_leading:
+                text = text.lstrip()
+                if not text:
+                    break
+                self._strip_leading = False
+                last = "".join(out)[-1:] or self._last
+                if last and not last.isspace():
+                    text = " " + text  # "Great. [cut] Next" keeps its space
+            match = self._pattern.search(text)
+            if match is not None:
+                out.append(text[: match.start()])
+                text = text[match.end():]
+                self._dropping = True
+                continue
+            hold = 0 if final else self._held(text)
+            out.append(text[: len(text) - hold])
+            text = text[len(text) - hold:]
+            break
+        self._pending = "" if final else text
+        result = "".join(out)
+        if result:
+            self._last = result[-1]
+        return result
+
+
+__all__ = ["PLACEHOLDER", "PURPOSES", "NeverSayFilter", "build_talker_request",
+           "estimate_tokens"]
