@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .events import Event
-from .log import EventLog, to_jsonl
+from .log import EventLog, LogCorruptError, to_jsonl
 
 _SECONDS_PER_DAY = 86_400.0
+_CORRUPT = ".corrupt-"  # name part of a corrupt log set aside by ``JsonlStore.repair``
 _REMEMBERED_SESSIONS = 4096  # bound on the per-session "last stored version" memo
 _SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:@+=-]{0,199}")
 
@@ -190,10 +191,33 @@ class JsonlStore:
             self._remember(session_id, events[-1].version)
 
     async def erase(self, session_id: str) -> bool:
+        """Delete the session's log and any copies ``repair`` set aside."""
         path = self.path(session_id)
         async with self._lock(session_id):
             self._last.pop(session_id, None)
-            return await asyncio.to_thread(_unlink, path)
+            return await asyncio.to_thread(self._erase, path)
+
+    async def repair(self, session_id: str) -> EventLog | None:
+        """Make a corrupt log resumable: keep its valid prefix, set the bad file aside.
+
+        Returns the log as stored afterwards (None for an unknown session). When a line is
+        corrupt, the file is kept as ``<id>.jsonl.corrupt-<unix time>`` (owner-only; erase
+        and retention cover it) and replaced atomically by the valid prefix, so appends after
+        a resume continue a readable file. A healthy log is returned unchanged.
+        """
+        path = self.path(session_id)
+        async with self._lock(session_id):
+            text = await asyncio.to_thread(_read_bytes, path)
+            if text is None:
+                return None
+            try:
+                log = EventLog.from_jsonl(text, source=str(path))
+            except LogCorruptError as exc:
+                log = exc.prefix
+                data = log.to_jsonl().encode("utf-8")
+                await asyncio.to_thread(self._replace_keeping_copy, path, data)
+            self._remember(session_id, log.version)
+            return log
 
     async def purge_expired(
         self, retention_days: int, now: float | datetime | None = None
@@ -243,16 +267,50 @@ class JsonlStore:
             _fsync_directory(self.directory)  # a new file's name must survive a crash too
 
     def _purge(self, cutoff: float) -> list[str]:
-        expired: list[str] = []
+        expired: set[str] = set()
         if not self.directory.is_dir():
-            return expired
+            return []
+        marker = self.suffix + _CORRUPT
         for entry in os.scandir(self.directory):
-            if not entry.name.endswith(self.suffix) or not entry.is_file(follow_symlinks=False):
+            name = entry.name
+            if name.endswith(self.suffix):
+                session_id = name[: -len(self.suffix)]
+            elif marker in name:
+                session_id = name[: name.index(marker)]
+            else:
+                continue
+            if not entry.is_file(follow_symlinks=False):
                 continue
             if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                 os.unlink(entry.path)
-                expired.append(entry.name[: -len(self.suffix)])
+                expired.add(session_id)
         return sorted(expired)
+
+    def _erase(self, path: Path) -> bool:
+        erased = _unlink(path)
+        if self.directory.is_dir():
+            marker = path.name + _CORRUPT
+            for entry in os.scandir(self.directory):
+                if entry.name.startswith(marker):
+                    os.unlink(entry.path)
+                    erased = True
+        return erased
+
+    def _replace_keeping_copy(self, path: Path, data: bytes) -> None:
+        aside = path.with_name(f"{path.name}{_CORRUPT}{int(time.time() * 1000)}")
+        os.link(path, aside)  # the corrupt file stays, under another name, for inspection
+        temporary = path.with_name(f".{path.name}.repair")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(temporary, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        _fsync_directory(self.directory)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -192,3 +192,38 @@ def test_jsonl_store_refuses_a_file_as_directory(tmp_path: Path) -> None:
     target.write_text("")
     with pytest.raises(ValueError, match="not a directory"):
         JsonlStore(target)
+
+
+async def test_jsonl_repair_keeps_the_prefix_and_sets_the_bad_file_aside(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    log = _log()
+    await store.append("call-1", list(log))
+    path = store.path("call-1")
+    with path.open("ab") as handle:
+        handle.write(b'{"type":"utter')  # a crash mid-write
+    repaired = await store.repair("call-1")
+    assert repaired is not None and list(repaired) == list(log)
+    assert path.read_text(encoding="utf-8") == log.to_jsonl()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    copies = [p for p in tmp_path.iterdir() if p.name.startswith("call-1.jsonl.corrupt-")]
+    assert len(copies) == 1 and copies[0].read_bytes().endswith(b'{"type":"utter')
+    # The resumed call appends to a readable file.
+    await store.append("call-1", [repaired.append(ev.Utterance(role="user", text="again"))])
+    reloaded = await store.load("call-1")
+    assert reloaded is not None and reloaded.version == 6
+    assert await store.repair("call-1") is not None  # healthy: unchanged
+    assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
+    assert await store.repair("unknown") is None
+    # Erase and retention cover the copy set aside (it holds the same personal data).
+    assert await store.erase("call-1") is True
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_jsonl_retention_covers_copies_set_aside(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    await store.append("call-1", list(_log()))
+    with store.path("call-1").open("ab") as handle:
+        handle.write(b"garbage\n")
+    await store.repair("call-1")
+    assert await store.purge_expired(1, now=time.time() + 2 * DAY) == ["call-1"]
+    assert list(tmp_path.iterdir()) == []
