@@ -75,10 +75,10 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 
 def playbook_json_schema() -> dict[str, Any]:
     """JSON Schema for editors: a ``oneOf`` of the full and the simple format."""
-    from superdialog_core.simple import SimplePlaybook
+    from superdialog_core.simple import SimpleDoc
 
     full = Playbook.model_json_schema(by_alias=True)
-    simple = SimplePlaybook.model_json_schema(by_alias=True)
+    simple = SimpleDoc.model_json_schema(by_alias=True)
     defs: dict[str, Any] = {}
     for schema in (full, simple):
         defs.update(schema.pop("$defs", {}))
