@@ -123,10 +123,12 @@ def compile_expr(text: str, *, context: ExprContext | None = None) -> CompiledEx
         raise ExprError(f"expression too long: {len(text)} characters (the limit is {MAX_LENGTH})")
     if not text.strip():
         raise ExprError("empty expression")
+    # A YAML `|` block keeps its newlines; an expression is one logical line, so join them.
+    source = " ".join(text.split("\n")).strip() if "\n" in text else text.strip()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning for `x is "a"`, odd escapes
-            tree = ast.parse(text.strip(), mode="eval")
+            tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
         where = f" at column {exc.offset}" if exc.offset else ""
         raise ExprError(f"syntax error{where}: {exc.msg}") from None
@@ -135,7 +137,7 @@ def compile_expr(text: str, *, context: ExprContext | None = None) -> CompiledEx
     except ValueError as exc:  # null bytes, unencodable characters
         raise ExprError(f"invalid expression text: {exc}") from None
     _check_depth(tree.body)
-    compiler = _Compiler(text.strip(), context)
+    compiler = _Compiler(source, context)
     node = compiler.compile(tree.body)
     return CompiledExpr(text, node, frozenset(compiler.slot_refs))
 

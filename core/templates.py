@@ -135,9 +135,20 @@ def _parse(env: _Environment, text: Any, what: str) -> nodes.Template:
     if not isinstance(text, str):
         raise TemplateError(f"a {what} template must be a string, got {type(text).__name__}")
     try:
-        return env.parse(text)
+        tree = env.parse(text)
     except TemplateSyntaxError as exc:
         raise TemplateError(f"template syntax error at line {exc.lineno}: {exc.message}") from None
+    except (RecursionError, MemoryError):
+        raise TemplateError("template nested too deeply") from None
+    # Playbook templates stand alone: there is no loader to include or extend from.
+    for node in tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)):
+        tag = {"Extends": "extends", "Include": "include", "Import": "import"}.get(
+            type(node).__name__, "from ... import"
+        )
+        raise TemplateError(
+            f"line {node.lineno}: {{% {tag} %}} is not supported in playbook templates"
+        )
+    return tree
 
 
 def _compile(env: _Environment, source: str | nodes.Template) -> Any:
@@ -145,6 +156,8 @@ def _compile(env: _Environment, source: str | nodes.Template) -> Any:
         return env.from_string(source)
     except TemplateSyntaxError as exc:  # unknown filters and tests are found here
         raise TemplateError(f"template error at line {exc.lineno}: {exc.message}") from None
+    except (RecursionError, MemoryError):
+        raise TemplateError("template nested too deeply") from None
 
 
 def _references(tree: nodes.Node) -> tuple[frozenset[str], frozenset[str], tuple[_Path, ...]]:

@@ -463,3 +463,8 @@ def test_random_token_soup_never_raises_at_evaluation(
         details: list[str] = []
         compiled.evaluate(scope, details.append)
         assert len(details) <= 1
+
+
+def test_multi_line_expression_from_a_yaml_block() -> None:
+    compiled = compile_expr('slots.city == "Pune"\n  and slots.n > 2\n')
+    assert compiled.evaluate(SCOPE) is True

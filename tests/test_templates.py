@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from superdialog_core.templates import (
     TemplateError,
     TemplateRefusal,
@@ -254,3 +256,82 @@ def test_slot_refs_of_every_kind() -> None:
 
 def test_roots_lists_namespaces_used() -> None:
     assert compile_speech("{{ env.TOKEN }} {{ slots.a }}").roots == {"env", "slots"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% include 'x.txt' %}",
+        "{% extends 'base' %}",
+        "{% import 'm' as m %}",
+        "{% from 'm' import a %}",
+    ],
+)
+def test_include_extends_import_are_rejected(source: str) -> None:
+    with pytest.raises(TemplateError, match="not supported in playbook templates"):
+        compile_speech(source)
+
+
+JINJA_TOKENS = [
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    "{#",
+    "#}",
+    " if ",
+    " endif ",
+    " for x in ",
+    " endfor ",
+    " set ",
+    "slots",
+    "results",
+    ".a",
+    ".data",
+    "[0]",
+    "|",
+    "default('?')",
+    "upper",
+    "spoken_date",
+    " + ",
+    " - ",
+    "(",
+    ")",
+    "'",
+    "text ",
+    "1",
+    "none",
+    "__class__",
+    " and ",
+    " not ",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=120), st.lists(st.sampled_from(JINJA_TOKENS), max_size=20).map("".join)
+    )
+)
+def test_random_speech_templates_fail_only_at_compile(source: str) -> None:
+    try:
+        template = compile_speech(source)
+    except TemplateError:
+        return
+    text, _ = template.render(SCOPE)
+    assert isinstance(text, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(JINJA_TOKENS), max_size=20).map("".join))
+def test_random_tool_templates_only_refuse(source: str) -> None:
+    try:
+        template = compile_tool_text(source)
+    except TemplateError:
+        return
+    try:
+        rendered = template.render(SCOPE)
+    except TemplateRefusal as refusal:
+        assert refusal.message  # a refusal always says why
+        return
+    assert isinstance(rendered, str)
