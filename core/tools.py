@@ -367,15 +367,15 @@ class ToolRunner:
         """Emit the result (data redacted for the log), then apply env and slot updates."""
         hidden = frozenset(spec.env_updates.values())
         logged = wire.redact_body(data, self.env, hidden) if data is not None else None
-        result = emit(ev.ToolResult(
+        result = ev.ToolResult(
             tool=spec.id, ok=ok, status=status, data=logged,
             error=wire.redact_text(error, self.env) if error else None,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
             store_as=spec.store_response_as, attempt=attempt, pipeline=pipeline,
-        ))
+        )
+        emit(result)  # stamped in place by the log
         if ok:
             self._apply_updates(spec, state, emit, data)
-        assert isinstance(result, ev.ToolResult)
         return result
 
     def _apply_updates(self, spec: ToolSpec, state: ConversationState, emit: Emit, data: Any) -> None:
