@@ -1,0 +1,365 @@
+"""Validation: each rule of SPEC §2.3 / superdialog §1.12 has a test naming its path and message."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from superdialog_core import Playbook, PlaybookError
+from superdialog_core.errors import Problem
+
+
+def base() -> dict[str, Any]:
+    """A small valid playbook; each test breaks one thing."""
+    return copy.deepcopy({
+        "journeys": {"visit": {"checkpoints": [
+            {"id": "greet", "advance_when": [{"when": "wants a visit", "to": "visit.details"}]},
+            {"id": "details", "slots": {"name": {"type": "str"}, "day": {"type": "date"}},
+             "guidance": "Ask for {{ slots.name | default('the name') }}.",
+             "advance_when": [
+                 {"when": "slots.name and slots.day", "judge": "expr", "to": "visit.confirm"},
+                 {"when": "given", "to": "visit.confirm", "requires": ["name"]}]},
+            {"id": "confirm", "advance_when": [{"when": "yes", "to": "visit.book"}]},
+            {"id": "book", "pipeline": "book", "advance_when": [
+                {"when": "pipeline.ok", "judge": "expr", "to": "visit.done"}]},
+            {"id": "done", "terminal": True, "outcome": "booked", "say_verbatim": "Bye {{ slots.name }}."},
+        ]}},
+        "tools": [{"id": "create", "method": "POST", "url": "http://127.0.0.1/visits",
+                   "body": {"name": "{{ slots.name }}"}, "store_response_as": "visit"}],
+        "pipelines": [{"id": "book", "steps": [{"tool": "create", "on": {"failed": "visit.confirm"}}]}],
+    })
+
+
+def problems(doc: dict[str, Any]) -> list[Problem]:
+    with pytest.raises(PlaybookError) as err:
+        Playbook.from_dict(doc)
+    return err.value.problems
+
+
+def one(doc: dict[str, Any], path: str) -> Problem:
+    found = [p for p in problems(doc) if p.path == path]
+    assert found, f"no problem at {path}: {problems(doc)}"
+    return found[0]
+
+
+def cps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return doc["journeys"]["visit"]["checkpoints"]
+
+
+def test_base_is_valid_without_warnings() -> None:
+    playbook = Playbook.from_dict(base())
+    assert playbook.warnings == []
+
+
+def test_unknown_key_has_dotted_path_and_did_you_mean() -> None:
+    doc = base()
+    cps(doc)[1]["guidence"] = "x"
+    problem = one(doc, "journeys.visit.checkpoints[1].guidence")
+    assert problem.message == "unknown key 'guidence'"
+    assert problem.hint == "did you mean 'guidance'?"
+    assert str(problem) == ("journeys.visit.checkpoints[1].guidence: unknown key 'guidence' "
+                            "(did you mean 'guidance'?)")
+
+
+def test_unknown_key_without_close_match_lists_allowed_keys() -> None:
+    doc = base()
+    doc["zzzz"] = 1
+    assert "allowed keys: name, persona, journeys" in (one(doc, "zzzz").hint or "")
+
+
+def test_bad_literal_suggests_the_closest_value() -> None:
+    doc = base()
+    cps(doc)[2]["gate"] = "hrad"
+    problem = one(doc, "journeys.visit.checkpoints[2].gate")
+    assert "'hrad'" in problem.message and problem.hint == "did you mean 'hard'?"
+
+
+def test_union_member_noise_is_dropped() -> None:
+    doc = base()
+    doc["pipelines"][0]["steps"][0]["on"]["failed"] = {"retry": 11}
+    found = problems(doc)
+    assert [p.path for p in found] == ["pipelines[0].steps[0].on.failed.retry"]
+
+
+def test_unknown_checkpoint_ref_with_did_you_mean() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"][0]["to"] = "visit.bok"
+    problem = one(doc, "journeys.visit.checkpoints[2].advance_when[0].to")
+    assert problem.message == "unknown checkpoint 'visit.bok'"
+    assert problem.hint == "did you mean 'visit.book'?"
+
+
+def test_bare_checkpoint_id_suggests_the_qualified_ref() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"][0]["to"] = "book"
+    assert one(doc, "journeys.visit.checkpoints[2].advance_when[0].to").hint == (
+        "refs are journey.id: did you mean 'visit.book'?")
+
+
+@pytest.mark.parametrize(("where", "path"), [
+    (lambda d: d.__setitem__("initial", "visit.nope"), "initial"),
+    (lambda d: cps(d)[1].__setitem__("on_failure", "visit.nope"), "journeys.visit.checkpoints[1].on_failure"),
+    (lambda d: d.__setitem__("interrupts", [{"id": "bye", "when": "bye", "to": "visit.nope"}]), "interrupts[0].to"),
+    (lambda d: d["pipelines"][0]["steps"][0]["on"].__setitem__("failed", "visit.nope"),
+     "pipelines[0].steps[0].on.failed"),
+    (lambda d: d["pipelines"][0]["steps"][0]["on"].__setitem__("failed", {"retry": 1, "on_exhaust": "visit.nope"}),
+     "pipelines[0].steps[0].on.failed.on_exhaust"),
+    (lambda d: d.__setitem__("policies", {"silence": {"then": "visit.nope"}}), "policies.silence.then"),
+    (lambda d: d.__setitem__("dispatch", [{"intent": "x", "to": "visit.nope"}]), "dispatch[0].to"),
+])
+def test_every_ref_is_checked(where: Any, path: str) -> None:
+    doc = base()
+    where(doc)
+    assert one(doc, path).message == "unknown checkpoint 'visit.nope'"
+
+
+def test_journey_name_with_a_dot() -> None:
+    doc = base()
+    doc["journeys"]["a.b"] = {"checkpoints": [{"id": "x", "terminal": True}]}
+    assert one(doc, "journeys['a.b']").message == "journey name must not contain '.': 'a.b'"
+
+
+def test_duplicate_ids() -> None:
+    doc = base()
+    cps(doc).append({"id": "done", "terminal": True})
+    doc["tools"].append(dict(doc["tools"][0]))
+    doc["pipelines"].append(dict(doc["pipelines"][0]))
+    found = {p.path: p.message for p in problems(doc)}
+    assert found["journeys.visit.checkpoints[5].id"] == "journey 'visit': duplicate id 'done'"
+    assert found["tools[1].id"] == "tools: duplicate id 'create'"
+    assert found["pipelines[1].id"] == "pipelines: duplicate id 'book'"
+
+
+def test_store_response_as_pipeline_is_reserved() -> None:
+    doc = base()
+    doc["tools"][0]["store_response_as"] = "pipeline"
+    assert one(doc, "tools[0].store_response_as").message == (
+        "tool 'create': store_response_as 'pipeline' is reserved")
+
+
+def test_compensate_rules() -> None:
+    doc = base()
+    doc["tools"].append({"id": "undo", "url": "http://127.0.0.1/u", "compensate": "undo"})
+    doc["tools"].append({"id": "undo2", "url": "http://127.0.0.1/u", "tier": "compensable", "compensate": "nope"})
+    found = [p.message for p in problems(doc) if p.path.endswith("compensate")]
+    assert "tool 'undo': compensate needs tier: compensable" in found
+    assert "tool 'undo' cannot compensate itself" in found
+    assert "unknown tool 'nope'" in found
+
+
+def test_middleware_refresh_with_must_be_a_tool() -> None:
+    doc = base()
+    doc["middleware"] = {"refresh_with": "creat"}
+    problem = one(doc, "middleware.refresh_with")
+    assert problem.message == "middleware.refresh_with: unknown tool 'creat'"
+    assert problem.hint == "did you mean 'create'?"
+
+
+def test_unknown_pipeline_tool_and_handler_refs() -> None:
+    doc = base()
+    cps(doc)[3]["pipeline"] = "bok"
+    cps(doc)[2]["on_enter"] = ["creat"]
+    doc["pipelines"][0]["steps"][0]["tool"] = "nope"
+    doc["handlers"] = [{"id": "h", "on": "webhook.paid", "pipeline": "nope"}]
+    found = {p.path: p.message for p in problems(doc)}
+    assert found["journeys.visit.checkpoints[3].pipeline"] == "unknown pipeline 'bok'"
+    assert found["journeys.visit.checkpoints[2].on_enter[0]"] == "unknown tool 'creat'"
+    assert found["pipelines[0].steps[0].tool"] == "unknown tool 'nope'"
+    assert found["handlers[0].pipeline"] == "unknown pipeline 'nope'"
+
+
+def test_requires_must_be_declared() -> None:
+    doc = base()
+    cps(doc)[1]["advance_when"][1]["requires"] = ["nmae"]
+    problem = one(doc, "journeys.visit.checkpoints[1].advance_when[1].requires[0]")
+    assert "requires key 'nmae' is not declared" in problem.message
+    assert problem.hint == "did you mean 'name'?"
+
+
+def test_requires_may_name_a_key_the_rule_sets() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"][0].update(requires=["held"], set={"held": "yes"})
+    Playbook.from_dict(doc)
+
+
+def test_auto_without_rule_is_an_error() -> None:
+    doc = base()
+    cps(doc).insert(4, {"id": "intro", "auto": True, "say_verbatim": "Hi"})
+    assert "auto checkpoint needs an advance_when rule" in one(doc, "journeys.visit.checkpoints[4].auto").message
+
+
+def test_terminal_with_rules_is_an_error() -> None:
+    doc = base()
+    cps(doc)[4]["advance_when"] = [{"when": "x", "to": "visit.greet"}]
+    assert "never run" in one(doc, "journeys.visit.checkpoints[4].advance_when").message
+
+
+def test_call_start_key_clashing_with_a_slot() -> None:
+    doc = base()
+    doc["call_start"] = {"name": {"type": "str"}}
+    assert one(doc, "call_start.name").message == "call_start value 'name' is also a slot of checkpoint 'visit.details'"
+
+
+def test_step_outcome_keys_and_retry_under_ok() -> None:
+    doc = base()
+    doc["pipelines"][0]["steps"][0]["on"] = {"fialed": "visit.confirm", "ok": {"retry": 1}}
+    found = {p.path: p for p in problems(doc)}
+    assert found["pipelines[0].steps[0].on.fialed"].hint == "did you mean 'failed'?"
+    assert "would repeat a call that worked" in found["pipelines[0].steps[0].on.ok"].message
+
+
+def test_enum_without_values() -> None:
+    doc = base()
+    cps(doc)[1]["slots"]["kind"] = {"type": "enum"}
+    assert "enum slot needs" in one(doc, "journeys.visit.checkpoints[1].slots.kind.values").message
+
+
+def test_expression_syntax_error_has_its_path() -> None:
+    doc = base()
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.name and ("
+    assert one(doc, "journeys.visit.checkpoints[1].advance_when[0].when").message.startswith("invalid expression")
+
+
+def test_expression_reading_an_undeclared_slot() -> None:
+    doc = base()
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.nmae is not None"
+    problem = one(doc, "journeys.visit.checkpoints[1].advance_when[0].when")
+    assert "undeclared slot 'nmae'" in problem.message
+    assert "name" in str(problem)
+
+
+def test_pipeline_namespace_only_in_a_pipeline_checkpoint() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"][0].update(judge="expr", when="pipeline.ok")
+    assert "pipeline" in one(doc, "journeys.visit.checkpoints[2].advance_when[0].when").message
+
+
+def test_env_is_refused_in_views_but_allowed_in_rules_and_tool_when() -> None:
+    doc = base()
+    doc["env"] = {"MODE": "live"}
+    cps(doc)[2]["advance_when"][0].update(judge="expr", when="env.MODE == 'live'")
+    doc["tools"][0]["when"] = "env.MODE == 'live'"
+    Playbook.from_dict(doc)
+    doc["views"] = {"mode": "env.MODE"}
+    assert one(doc, "views.mode").message.startswith("invalid expression")
+
+
+@pytest.mark.parametrize("text", [
+    "slots.name.__class__",
+    "slots.name == '" + "x" * 5000 + "'",
+    "slots.name in " + "[" * 100 + "1" + "]" * 100,
+    "not " * 100 + "slots.name",
+])
+def test_expression_abuse_is_rejected_at_load(text: str) -> None:
+    doc = base()
+    cps(doc)[1]["advance_when"][0]["when"] = text
+    assert one(doc, "journeys.visit.checkpoints[1].advance_when[0].when").message.startswith("invalid expression")
+
+
+def test_tool_when_is_compiled() -> None:
+    doc = base()
+    doc["tools"][0]["when"] = "results.visit.ok ==="
+    assert one(doc, "tools[0].when").message.startswith("invalid expression")
+
+
+def test_template_syntax_error_has_its_path() -> None:
+    doc = base()
+    cps(doc)[1]["guidance"] = "Ask for {{ slots.name "
+    assert one(doc, "journeys.visit.checkpoints[1].guidance").message.startswith("invalid template")
+
+
+def test_template_reading_an_undeclared_slot() -> None:
+    doc = base()
+    cps(doc)[4]["say_verbatim"] = "Bye {{ slots.nam }}."
+    problem = one(doc, "journeys.visit.checkpoints[4].say_verbatim")
+    assert problem.message == "template reads undeclared slot 'nam'"
+    assert problem.hint == "did you mean 'name'?"
+
+
+def test_tool_templates_are_compiled_and_checked() -> None:
+    doc = base()
+    doc["tools"][0]["url"] = "http://127.0.0.1/{{ slots.dya }}"
+    doc["tools"][0]["headers"] = {"X": "{% if %}"}
+    doc["tools"][0]["body"] = {"day": "{{ slots.nope }}"}
+    found = {p.path: p.message for p in problems(doc)}
+    assert found["tools[0].url"] == "template reads undeclared slot 'dya'"
+    assert found["tools[0].headers.X"].startswith("invalid template")
+    assert found["tools[0].body"] == "template reads undeclared slot 'nope'"
+
+
+def test_speech_templates_cannot_read_env() -> None:
+    doc = base()
+    doc["env"] = {"TOKEN": "x"}
+    cps(doc)[2]["guidance"] = "The token is {{ env.TOKEN }}"
+    assert "cannot read env" in one(doc, "journeys.visit.checkpoints[2].guidance").message
+
+
+def test_unreachable_checkpoint_is_a_warning() -> None:
+    doc = base()
+    cps(doc).append({"id": "lost", "terminal": True})
+    playbook = Playbook.from_dict(doc)
+    [warning] = playbook.warnings
+    assert warning.path == "journeys.visit.checkpoints[5]"
+    assert warning.message == "checkpoint 'visit.lost' cannot be reached from 'visit.greet'"
+    assert warning.severity == "warning"
+
+
+def test_reachable_through_interrupts_silence_pipelines_and_handlers() -> None:
+    doc = base()
+    cps(doc).extend([
+        {"id": "bye", "terminal": True}, {"id": "quiet", "terminal": True},
+        {"id": "taken", "terminal": True}, {"id": "paid", "terminal": True},
+    ])
+    doc["interrupts"] = [{"id": "goodbye", "when": "bye", "to": "visit.bye"}]
+    doc["policies"] = {"silence": {"then": "visit.quiet"}}
+    doc["pipelines"][0]["steps"][0]["on"]["http_409"] = "visit.taken"
+    doc["pipelines"].append({"id": "pay", "steps": [{"tool": "create", "on": {"ok": "visit.paid"}}]})
+    doc["handlers"] = [{"id": "h", "on": "webhook.paid", "pipeline": "pay"}]
+    assert Playbook.from_dict(doc).warnings == []
+
+
+def test_non_terminal_checkpoint_without_a_way_out_is_a_warning() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"].append({"when": "stuck", "to": "visit.stuck"})
+    cps(doc).append({"id": "stuck", "goal": "nothing"})
+    [warning] = Playbook.from_dict(doc).warnings
+    assert warning.path == "journeys.visit.checkpoints[5]"
+    assert "has no way out" in warning.message
+
+
+def test_unsupported_keys_give_one_warning_listing_each_path() -> None:
+    doc = base()
+    doc.update(pronunciations=[{"word": "x"}], multi_entity=True, knowledge_base="kb")
+    cps(doc)[1]["slots"]["name"]["resolve_from"] = {"result": "visit"}
+    cps(doc)[2]["context"] = "reset"
+    doc["interrupts"] = [{"id": "paid", "when": "paid", "judge": "event", "to": "visit.done"}]
+    doc["tools"][0].update(ttl_seconds=5, on_expire="create")
+    warnings = [w for w in Playbook.from_dict(doc).warnings if "does not act on" in w.message]
+    assert len(warnings) == 1
+    for path in ["pronunciations", "multi_entity", "knowledge_base",
+                 "journeys.visit.checkpoints[1].slots.name.resolve_from",
+                 "journeys.visit.checkpoints[2].context", "interrupts[0].judge",
+                 "tools[0].ttl_seconds", "tools[0].on_expire"]:
+        assert path in warnings[0].message
+
+
+def test_all_problems_come_out_of_one_error_errors_first() -> None:
+    doc = base()
+    cps(doc)[1]["guidence"] = "x"
+    doc["zzzz"] = 1
+    with pytest.raises(PlaybookError) as err:
+        Playbook.from_dict(doc)
+    assert {p.path for p in err.value.problems} >= {"journeys.visit.checkpoints[1].guidence", "zzzz"}
+    doc = base()
+    cps(doc)[2]["advance_when"][0]["to"] = "visit.bok"
+    doc["tools"][0]["store_response_as"] = "pipeline"
+    cps(doc)[4]["say_verbatim"] = "{{ slots.nope }}"
+    cps(doc).append({"id": "lost", "terminal": True})
+    with pytest.raises(PlaybookError) as err:
+        Playbook.from_dict(doc)
+    severities = [p.severity for p in err.value.problems]
+    assert severities.count("error") == 3
+    assert severities == sorted(severities)  # "error" sorts before "warning"
+    assert "warning" in severities
+    assert "3 problems" in str(err.value)
