@@ -327,10 +327,17 @@ def _turn_block(state: Any, playbook: Playbook, awaiting: frozenset[str]) -> str
 
 
 def _transcript_message(state: Any, user_text: str) -> str:
-    entries = [e for e in state.transcript
-               if not getattr(e, "superseded", False)
-               and not (e.role == "assistant" and (e.filler or e.kind == "filler"))]
-    entries = entries[-MAX_TRANSCRIPT_ENTRIES:]
+    # Newest first, stopping at the cap: the cost does not grow with the call's length.
+    entries = []
+    for e in reversed(state.transcript):
+        if getattr(e, "superseded", False):
+            continue
+        if e.role == "assistant" and (e.filler or e.kind == "filler"):
+            continue
+        entries.append(e)
+        if len(entries) == MAX_TRANSCRIPT_ENTRIES:
+            break
+    entries.reverse()
     # One entry per line, JSON-quoted: a caller cannot fake a "system:" line with a newline.
     lines = [f"{'caller' if e.role == 'user' else 'assistant'}: {_json(heard(e), 2000)}"
              for e in entries]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import date
 from typing import Any
 
-from .director import date_anchor, heard
+from .director import date_anchor
 from .models import TalkerRequest
 from .playbook import Checkpoint, Playbook
 from .slots import read_back_items
@@ -166,13 +166,13 @@ def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
     """Newest-first into ``budget`` tokens; the newest entry always kept; roles merged."""
     kept: list[tuple[str, str]] = []
     used = 0
-    for entry in reversed(transcript):
+    for entry in reversed(transcript):  # hot loop: bounded by the budget, not the call length
         if entry.superseded:
             continue
-        text = heard(entry) if entry.role == "assistant" else entry.text
-        if not text.strip():
+        text = entry.heard_text if entry.role == "assistant" else entry.text
+        if not text or text.isspace():
             continue  # the caller heard nothing of it
-        cost = estimate_tokens(text) + ENTRY_OVERHEAD
+        cost = max(1, len(text.encode("utf-8")) >> 2) + ENTRY_OVERHEAD  # = estimate_tokens + 4
         if kept and used + cost > budget:
             break
         kept.append((entry.role, text))
