@@ -13,6 +13,9 @@ Semantics (deliberately different from superdialog 0.3, which collapsed the whol
 * ``<``, ``>``, ``<=``, ``>=`` with ``None`` on either side are ``False``; ``x in None`` is
   ``False`` (and ``x not in None`` is ``True``).
 * ``calls.<tool>`` of a tool never called is ``0``.
+* Helpers: ``len(None)`` is 0; ``first``/``last`` of None or empty are None; ``pluck`` and
+  ``unique`` of None are ``[]``; ``min``/``max`` skip None items (None when nothing is left);
+  ``any``/``all`` of None or empty are ``False`` (a vacuous ``all`` must not fire a rule).
 * A genuinely impossible operation (``"a" < 1``, ``len(3)``, ``-"x"``) is ``None`` for that
   node and reported once per evaluation through ``on_error(detail)``.
 """
@@ -147,13 +150,17 @@ def _cached(text: str) -> CompiledExpr:
     return compile_expr(text)
 
 
-def evaluate(expr: str | CompiledExpr, scope: Mapping[str, Any]) -> Any:
+def evaluate(
+    expr: str | CompiledExpr,
+    scope: Mapping[str, Any],
+    on_error: Callable[[str], Any] | None = None,
+) -> Any:
     """Evaluate text (compiled once, then cached) or a compiled expression against ``scope``.
 
     Bad text raises :class:`ExprError`; evaluation itself never raises.
     """
     compiled = expr if isinstance(expr, CompiledExpr) else _cached(expr)
-    return compiled.evaluate(scope)
+    return compiled.evaluate(scope, on_error)
 
 
 def _check_depth(root: ast.AST) -> None:

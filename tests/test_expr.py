@@ -468,3 +468,9 @@ def test_random_token_soup_never_raises_at_evaluation(
 def test_multi_line_expression_from_a_yaml_block() -> None:
     compiled = compile_expr('slots.city == "Pune"\n  and slots.n > 2\n')
     assert compiled.evaluate(SCOPE) is True
+
+
+def test_module_evaluate_reports_through_on_error() -> None:
+    details: list[str] = []
+    assert evaluate("len(slots.n)", SCOPE, details.append) is None
+    assert details and "len() of int" in details[0]
