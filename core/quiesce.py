@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .events import Advance, Degraded, Event, SessionEnd, SlotClear, SlotWrite
+from .events import Advance, Degraded, Event, SessionEnd, SlotWrite
 from .playbook import Checkpoint, Playbook
 from .speech import Segment
 
@@ -212,11 +212,7 @@ class Progress:
             missing, unconfirmed = requires_status(self.state, self.playbook, rule, ref)
             if missing or unconfirmed:
                 continue
-            for key, value in rule.set_.items():
-                if value is None:
-                    if key in self.state.slots:
-                        self.emit(SlotClear(key=key, reason="rule_set", by="rule"))
-                    continue
+            for key, value in rule.set_.items():  # a null value clears the slot
                 for event in plan_write(self.state, self.playbook, key, value, "rule"):
                     self.emit(event)
             self.advance(rule.to, rule_id=rule.id or f"{ref}.expr", by="expr")

@@ -48,6 +48,8 @@ class Reply:
     lines_at: set[str] = field(default_factory=set)  # checkpoints whose say_verbatim was spoken
     interruptible: bool = True
     stopped: bool = False  # the consumer stopped early (barge-in): no more speech this turn
+    cut: bool = False  # the barrier ladder ended the reply before the decision landed
+    followed_through: bool = False  # at most one follow-through per reply
     _open: Segment | None = None
     _pieces: list[str] = field(default_factory=list)
 

@@ -1,0 +1,430 @@
+"""The conversation engine: one ``Runtime`` per call (SPEC §1, §6).
+
+A turn appends the caller's words, starts the Director as a task the runtime owns (never
+cancelled by the speech that asked for it), and meanwhile speaks: at a soft gate the Talker
+streams at once from the snapshot; at a hard gate the barrier ladder waits for the decision.
+After the decision and quiescence the reply goes on with the lines that became due and, when
+nothing was said yet at the checkpoint the turn ends at, one follow-through segment. A
+barge-in (the consumer closes the stream) stops speech only: the yielded prefix is logged as
+interrupted and the decision still applies; the next turn waits for it, so decisions apply in
+order. Every change is an event appended through ``_emit`` (log + state in one step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .errors import ConfigError, Problem
+from .events import Event, External, SessionStart, SlotWrite, SpeechCorrection, Utterance
+from .log import EventLog
+from .playbook import Playbook
+from .quiesce import Progress
+from .speaker import Speaker, finished
+from .speech import Reply, Segment
+from .state import ConversationState
+from .turnflow import TurnFlow
+
+logger = logging.getLogger("superdialog_core.runtime")
+
+
+@dataclass
+class Turn:
+    """What one turn (or the opening, or an external event) said and where it left the call.
+
+    ``text`` is every streamed segment joined by single spaces; ``events`` the events appended
+    during it. ``interruptible`` is False when a non-interruptible verbatim line was spoken.
+    """
+
+    text: str
+    checkpoint: str | None
+    ended: bool
+    outcome: str | None
+    events: list[Event] = field(default_factory=list)
+    interruptible: bool = True
+
+
+def _options_problems(
+    director: Any, talker: Any, barrier_timeout: float, hold_timeout: float | None,
+    director_timeout: float, token_budget: int,
+) -> list[Problem]:
+    problems: list[Problem] = []
+    if not callable(getattr(director, "decide", None)):
+        problems.append(Problem("director", "the director has no decide(request) method",
+                                "pass a DirectorModel, e.g. ScriptedDirector or a plugin adapter"))
+    if not callable(getattr(talker, "speak", None)):
+        problems.append(Problem("talker", "the talker has no speak(request) method",
+                                "pass a TalkerModel, e.g. ScriptedTalker or a plugin adapter"))
+    if barrier_timeout < 0:
+        problems.append(Problem("barrier_timeout", f"must be >= 0 seconds, got {barrier_timeout}"))
+    if hold_timeout is not None and hold_timeout <= 0:
+        problems.append(Problem("hold_timeout", f"must be > 0 seconds, got {hold_timeout}",
+                                "or None for policies.hold_timeout"))
+    if director_timeout <= 0:
+        problems.append(Problem("director_timeout", f"must be > 0 seconds, got {director_timeout}"))
+    if token_budget < 1:
+        problems.append(Problem("token_budget", f"must be at least 1, got {token_budget}"))
+    return problems
+
+
+class Runtime:
+    """The engine for one conversation (SPEC §1, §6). See the module docstring."""
+
+    def __init__(
+        self,
+        playbook: Playbook | str | os.PathLike[str],
+        director: Any,
+        talker: Any,
+        *,
+        python_tools: Mapping[str, Callable[..., Any]] | None = None,
+        call_start: Mapping[str, Any] | None = None,
+        call: Mapping[str, Any] | None = None,
+        store: Any | None = None,
+        session_id: str | None = None,
+        barrier_timeout: float = 0.4,
+        hold_timeout: float | None = None,
+        director_timeout: float = 8.0,
+        token_budget: int = 4000,
+        now: datetime | None = None,
+        http_client: Any | None = None,
+        on_late_line: Callable[[str], Any] | None = None,
+    ) -> None:
+        from .startup import (
+            anchor_time,
+            check_call_start,
+            check_call_values,
+            language_of,
+            phone_region,
+            resolve_env,
+        )
+        from .tools import ToolRunner
+        from .values import ValueContext
+
+        if not isinstance(playbook, Playbook):
+            playbook = Playbook.load(playbook)
+        problems = _options_problems(director, talker, barrier_timeout, hold_timeout,
+                                     director_timeout, token_budget)
+        if problems:
+            raise ConfigError(problems)
+        self.playbook = playbook
+        self._director = director
+        self._talker = talker
+        self._store = store
+        self._on_late_line = on_late_line
+        self._barrier_timeout = barrier_timeout
+        self._hold_timeout = hold_timeout if hold_timeout is not None else playbook.policies.hold_timeout
+        self._director_timeout = director_timeout
+        self._env: dict[str, Any] = resolve_env(playbook)
+        sid = session_id or (call or {}).get("session_id") or uuid.uuid4().hex
+        self._call = check_call_values(call, str(sid))
+        self._anchor = anchor_time(playbook, now)
+        try:
+            self._value_ctx = ValueContext(
+                now=self._anchor, timezone=playbook.guidelines.timezone,
+                phone_region=phone_region(playbook, self._call), language=language_of(playbook),
+            )
+        except ValueError as exc:
+            raise ConfigError([Problem("policies.phone_region", str(exc))]) from exc
+        self._call_start = check_call_start(playbook, call_start, self._value_ctx)
+        self.log = EventLog()
+        self.state = ConversationState(playbook)
+        self._sink: list[Event] | None = None
+        self._runner = ToolRunner(playbook, env=self._env, http_client=http_client,
+                                  python_tools=python_tools)
+        self._progress = Progress(playbook, self.state, self._emit, self._runner, self._env)
+        self._speaker = Speaker(playbook, self.state, self._emit, talker, self._progress,
+                                token_budget=token_budget)
+        self._flow = TurnFlow(self)
+        self._started = False
+        self._started_wall: float | None = None
+        self._inflight: asyncio.Future[Any] | None = None  # what the next turn waits for first
+        self._undelivered: list[Segment] = []  # due lines a stopped reply did not speak
+        self._persisted = 0
+        self._persist_task: asyncio.Task[None] | None = None
+        self.last_turn: Turn | None = None
+
+    # --- public reading -----------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return str(self._call["session_id"])
+
+    @property
+    def ended(self) -> bool:
+        return self.state.ended
+
+    # --- the one way anything changes ---------------------------------------------------
+
+    def _emit(self, event: Event) -> Event:
+        """Append to the log and apply to the state at once (the next line sees the change)."""
+        self.log.append(event)
+        self.state.apply(event)
+        self._progress.observe(event)
+        if self._sink is not None:
+            self._sink.append(event)
+        return event
+
+    # --- opening ------------------------------------------------------------------------
+
+    async def start(self, speak: bool = True) -> Turn:
+        """Begin the call; with ``speak`` the opening is spoken (verbatim line, else the Talker)."""
+        return await self._drain(self._start_stream(speak))
+
+    async def stream_start(self) -> AsyncIterator[str]:
+        """``start()``, streamed."""
+        async with aclosing(self._start_stream(True)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def _start_stream(self, speak: bool) -> AsyncIterator[str]:
+        if self._started:
+            raise RuntimeError("start() was already called: a Runtime runs one conversation")
+        self._started = True
+        reply = self._speaker.new_reply()
+        self._sink = []
+        completed = False
+        try:
+            if await self._resume():
+                completed = True
+                return
+            self._emit(SessionStart(
+                session_id=self.session_id, playbook_hash=_hash(self.playbook),
+                anchor=self._anchor.isoformat(), timezone=self.playbook.guidelines.timezone,
+                call=dict(self._call), env_keys=sorted(self._env),
+            ))
+            self._started_wall = time.time()
+            for key, value in self._call_start.items():
+                self._emit(SlotWrite(key=key, value=value, status="confirmed", by="call_start"))
+            self._progress.advance(self.playbook.initial_ref, rule_id="init", by="init")
+            await self._progress.settle()
+            _warm_up_values(self.playbook)
+            lines = self._progress.take_lines()
+            if speak:
+                self._undelivered = lines
+                async for piece in self._flow.finish_reply(reply, opening=True):
+                    yield piece
+            completed = True
+        finally:
+            self._close(reply, completed, task=None)
+
+    async def _resume(self) -> bool:
+        """Adopt the stored log of this session, if there is one (worker failover)."""
+        if self._store is None:
+            return False
+        loaded = self._store.load(self.session_id)
+        if inspect.isawaitable(loaded):
+            loaded = await loaded
+        if loaded is None or len(loaded) == 0:
+            return False
+        self.log = loaded
+        self.state = ConversationState.fold(loaded, self.playbook)
+        self._progress.state = self._speaker.state = self.state
+        self._persisted = loaded.version
+        self._started_wall = loaded[0].at or time.time()
+        ref = self.state.checkpoint
+        if ref is not None and ref in self.state.verbatim_spoken:
+            self._speaker.verbatim_spoken[ref] = self.state.checkpoint_entered_version
+        return True
+
+    async def _before_turn(self) -> None:
+        """Let the previous decision (and its late lines) land first, then make sure we started."""
+        if self._inflight is not None:
+            await finished(self._inflight, None)
+            self._inflight = None
+        if not self._started:
+            await self._drain(self._start_stream(False))
+
+    # --- turns --------------------------------------------------------------------------
+
+    async def user_turn(self, text: str) -> Turn:
+        """A whole user turn: the caller said ``text``; returns what was said back."""
+        return await self._drain(self.stream_turn(text))
+
+    async def stream_turn(self, text: str) -> AsyncIterator[str]:
+        """The same turn, streamed. Close the stream (``aclose``) when you stop early."""
+        if not isinstance(text, str):
+            raise TypeError(f"user text must be a string, not {type(text).__name__}")
+        await self._before_turn()
+        reply = self._speaker.new_reply()
+        self._sink = []
+        completed = False
+        task: asyncio.Task[None] | None = None
+        try:
+            if self.state.ended:  # post-terminal: log the words, answer with silence
+                self._emit(Utterance(role="user", text=text))
+                completed = True
+                return
+            user = self._emit(Utterance(role="user", text=text))
+            if self._flow.over_time():
+                async for piece in self._flow.time_up(reply):
+                    yield piece
+                completed = True
+                return
+            task = self._flow.start_decision(text, user.version)
+            async for piece in self._flow.reply(reply, task):
+                yield piece
+            completed = True
+        finally:
+            self._close(reply, completed, task)
+
+    async def external(self, kind: str, name: str, payload: Mapping[str, Any] | None = None) -> Turn:
+        """An outside event: ``silence`` (policies.silence) or a handler's ``<kind>.<name>``."""
+        return await self._drain(self._external_stream(kind, name, dict(payload or {})))
+
+    async def _external_stream(self, kind: str, name: str, payload: dict[str, Any]) -> AsyncIterator[str]:
+        await self._before_turn()
+        reply = self._speaker.new_reply()
+        self._sink = []
+        completed = False
+        try:
+            self._emit(External(kind=kind, name=name, payload=payload))
+            if not self.state.ended:
+                if self._flow.over_time():
+                    source = self._flow.time_up(reply)
+                elif kind == "silence":
+                    source = self._flow.silence(reply)
+                else:
+                    source = self._flow.handler(reply, kind, name, payload)
+                async with aclosing(source) as pieces:
+                    async for piece in pieces:
+                        yield piece
+            completed = True
+        finally:
+            self._close(reply, completed, task=None)
+
+    # --- corrections --------------------------------------------------------------------
+
+    def mark_heard(self, utterance_version: int, heard_text: str) -> Event:
+        """The caller heard only ``heard_text`` of the assistant utterance at that version."""
+        entry = self.state.entry(utterance_version)
+        if entry is None or entry.role != "assistant":
+            raise ValueError(
+                f"mark_heard: version {utterance_version} is not an assistant utterance of this "
+                "call; pass the version of the Utterance event the caller was hearing"
+            )
+        if not isinstance(heard_text, str):
+            raise TypeError(f"heard_text must be a string, not {type(heard_text).__name__}")
+        event = self._emit(SpeechCorrection(utterance_version=utterance_version, heard_text=heard_text))
+        self._persist()
+        return event
+
+    def withdraw(self, slot: str) -> list[Event]:
+        """Re-open a confirmed value: it goes back to provisional and is read back again."""
+        from .slots import plan_withdraw
+
+        if slot not in self.state.slots:
+            filled = ", ".join(sorted(self.state.slots)) or "none"
+            raise ValueError(f"withdraw: slot {slot!r} has no value (filled slots: {filled})")
+        events = [self._emit(e) for e in plan_withdraw(self.state, self.playbook, slot)]
+        self._persist()
+        return events
+
+    # --- ending a turn ------------------------------------------------------------------
+
+    async def _drain(self, stream: AsyncIterator[str]) -> Turn:
+        async with aclosing(stream) as pieces:  # type: ignore[type-var]
+            async for _ in pieces:
+                pass
+        assert self.last_turn is not None
+        return self.last_turn
+
+    def _close(self, reply: Reply, completed: bool, task: asyncio.Task[None] | None) -> None:
+        """Log a barge-in's prefix, hand a cut reply's lines to late delivery, record the turn."""
+        if not completed:
+            reply.abort()
+        if task is not None and (reply.cut or reply.stopped):
+            self._inflight = asyncio.get_running_loop().create_task(
+                self._flow.deliver_late(task, barge_in=reply.stopped and not reply.cut)
+            )
+        elif task is not None:
+            self._inflight = task
+        self.last_turn = Turn(
+            text=reply.text, checkpoint=self.state.checkpoint, ended=self.state.ended,
+            outcome=self.state.outcome, events=self._sink or [], interruptible=reply.interruptible,
+        )
+        self._sink = None
+        self._persist()
+
+    # --- persistence --------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        """Hand new events to the store off the loop, in order, after the reply was streamed."""
+        if self._store is None or self.log.version <= self._persisted:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a sync caller): the next turn persists these events too
+        events = self.log.since(self._persisted)
+        self._persisted = self.log.version
+        self._persist_task = loop.create_task(self._append(self._persist_task, events))
+
+    async def _append(self, previous: asyncio.Task[None] | None, events: list[Event]) -> None:
+        if previous is not None:
+            await finished(previous, None)
+        try:
+            await self._store.append(self.session_id, events)
+        except Exception:
+            # Not silent: logged loudly, and the events are offered again with the next batch.
+            logger.exception("session %s: storing %d events failed", self.session_id, len(events))
+            self._persisted = min(self._persisted, events[0].version - 1)
+
+    async def wait_idle(self) -> None:
+        """Wait for everything this runtime still runs: a decision, late lines, persistence."""
+        while True:
+            pending = [t for t in (self._inflight, self._persist_task) if t is not None and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)
+
+
+_HASHES: dict[int, tuple[Playbook, str]] = {}
+
+
+def _hash(playbook: Playbook) -> str:
+    """The playbook's digest, computed once per loaded playbook (shared by every call)."""
+    from .startup import playbook_hash
+
+    cached = _HASHES.get(id(playbook))
+    if cached is None or cached[0] is not playbook:
+        if len(_HASHES) > 64:
+            _HASHES.clear()
+        cached = (playbook, playbook_hash(playbook))
+        _HASHES[id(playbook)] = cached
+    return cached[1]
+
+
+_WARMED = False
+
+
+def _warm_up_values(playbook: Playbook) -> None:
+    """Pay dateparser's slow first call in a thread once per process, if dates can be said."""
+    global _WARMED
+    if _WARMED:
+        return
+    types = {spec.type for cp in playbook.checkpoints.values() for spec in cp.slots.values()}
+    if not types & {"date", "time", "datetime"}:
+        return
+    _WARMED = True
+    from .startup import language_of
+    from .values import warm_up
+
+    future = asyncio.get_running_loop().run_in_executor(None, warm_up, language_of(playbook))
+    future.add_done_callback(_report_warm_up)
+
+
+def _report_warm_up(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("warming the value parsers failed: %r", future.exception())
+
+
+__all__ = ["Runtime", "Turn"]
