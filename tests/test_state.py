@@ -431,3 +431,43 @@ def test_logged_event_costs_under_500_bytes(playbook: Playbook) -> None:
     used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     per_event = used / len(log)
     assert per_event < 500, f"{per_event:.0f} bytes per logged event"
+
+
+def test_apply_costs_the_same_late_in_a_long_call(playbook: Playbook) -> None:
+    """SPEC §5: applying an event costs the same at event 10 and at event 40,000."""
+    import time
+
+    def batch(start: int) -> list[ev.Event]:
+        """800 stamped events that touch the transcript index, slots and the note queue."""
+        out: list[ev.Event] = []
+        for i in range(200):
+            version = start + 4 * i
+            out += [
+                ev.Utterance(role="user", text="four please", version=version),
+                ev.SlotWrite(key="party_size", value=i, status="accepted", by="director",
+                             version=version + 1),
+                ev.SpeechCorrection(utterance_version=version, heard_text="four",
+                                    version=version + 2),
+                ev.SteeringNote(text="short", version=version + 3),
+            ]
+        return out
+
+    def timed(state: ConversationState) -> float:
+        events = batch(state.version + 1)
+        began = time.perf_counter()
+        for event in events:
+            state.apply(event)
+        return time.perf_counter() - began
+
+    def fresh() -> ConversationState:
+        emit = Emitter(playbook)
+        _start(emit)
+        return emit.state
+
+    early = min(timed(fresh()) for _ in range(5))
+    long_call = fresh()
+    for _ in range(50):
+        timed(long_call)
+    assert long_call.version > 40_000 and len(long_call.pending_notes) >= 10_000
+    late = min(timed(long_call) for _ in range(5))
+    assert late < early * 3, f"apply at 40k events took {late / early:.1f}x the early cost"
