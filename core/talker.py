@@ -16,6 +16,7 @@ already returned.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import date
@@ -47,6 +48,10 @@ _PURPOSE_LINES = {
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def estimate_tokens(text: str) -> int:
@@ -116,16 +121,21 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     blocks.append("\n".join(step))
 
     needed = [k for k, spec in cp.slots.items() if spec.required and not state.filled(k)]
+    items = []
+    for key in read_back_items(state, playbook):
+        if not state.filled(key):
+            # Denied: there is nothing to read back, the value is asked for again.
+            if key not in needed:
+                needed.append(key)
+            continue
+        spec = playbook.slot_spec(key)
+        items.append(f"{key}: {_spoken_value(spec.type if spec else None, state.value(key))}")
     if needed:
-        blocks.append("Still needed: " + ", ".join(needed))
-
-    read_back = read_back_items(state, playbook)
-    if read_back:
-        items = []
-        for key in read_back:
-            spec = playbook.slot_spec(key)
-            value = _spoken_value(spec.type if spec else None, state.value(key))
-            items.append(f"{key}: {value}")
+        denied = getattr(state, "denied", ())
+        blocks.append("Still needed: " + ", ".join(
+            f"{k} (the caller said the last value was wrong; ask again)" if k in denied else k
+            for k in needed))
+    if items:
         blocks.append("Read back and confirm: " + "; ".join(items) + ". Read these back to the "
                       "caller in one sentence and ask whether they are right.")
 
@@ -153,8 +163,9 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
         blocks.append("## Known information\n" + "\n".join(known))
 
     if views:
-        blocks.append("## Reference data\n"
-                      + "\n".join(f"- {name}: {value}" for name, value in views.items()))
+        blocks.append("## Reference data\n" + "\n".join(
+            f"- {name}: {value if isinstance(value, str) else _json(value)}"
+            for name, value in views.items()))
 
     line = _PURPOSE_LINES.get(purpose)
     if line:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core import events as ev
+from superdialog_core.expr import compile_expr
 from superdialog_core.log import EventLog
 from superdialog_core.playbook import Playbook
 from superdialog_core.state import ConversationState
@@ -284,3 +285,23 @@ def test_filter_is_chunking_invariant_and_never_speaks_a_phrase(text: str, cuts:
     whole = "".join([*pieces, f.close()])
     assert whole == "".join(run([text], phrases))
     assert "boo" not in whole.lower() and "fully booked" not in whole.lower()
+
+
+def test_a_denied_value_is_asked_again_not_read_back() -> None:
+    call = Call()
+    call.emit(ev.SlotWrite(key="date", value="2026-12-01", status="provisional", by="director"))
+    call.emit(ev.SlotClear(key="date", reason="denied"))
+    system = system_of(call.request())
+    assert ("Still needed: party_size, date (the caller said the last value was wrong; ask "
+            "again), time") in system
+    assert "Read back and confirm" not in system and "None" not in system
+
+
+def test_views_with_structured_values_are_shown_as_json() -> None:
+    call = Call()
+    call.playbook._views["free"] = compile_expr("results.availability.data")
+    call.emit(ev.ToolResult(tool="availability", ok=True, status=200,
+                            data={"times": ["19:00", "20:30"]}, store_as="availability"))
+    call.emit(ev.SlotWrite(key="remark", value="window seat", status="accepted", by="director"))
+    system = system_of(call.request())
+    assert '- nothing: window seat\n- free: {"times": ["19:00", "20:30"]}' in system
