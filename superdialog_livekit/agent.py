@@ -1,0 +1,203 @@
+"""``DialogAgent``: the LiveKit ``Agent`` that wires a playbook call end to end (SPEC §10).
+
+It speaks the opening on enter (an outbound phone call waits for the callee's first words),
+ends the call once the terminal line has played, turns LiveKit's user-away state into the
+playbook's silence policy (and re-arms the away timer after each prompt), corrects heard text
+as soon as LiveKit reports an interrupted message, and persists the log when the session ends.
+On a resumed call the opening is not replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Literal
+
+from livekit.agents import Agent
+from superdialog_core.events import Utterance
+
+from .llm import DialogMachineLLM
+
+logger = logging.getLogger("superdialog_livekit")
+
+EndMode = Literal["delete_room", "shutdown", "none"]
+_END_MODES = ("delete_room", "shutdown", "none")
+
+
+class DialogAgent(Agent):
+    """An Agent whose every reply comes from ``DialogMachineLLM``.
+
+    ``on_end``: ``"delete_room"`` (default on phone calls: hangs up SIP), ``"shutdown"`` (default
+    otherwise) or ``"none"``. ``speak_first``: speak the opening on enter (default: yes, except
+    on an outbound phone call). Preemptive generation is off for this agent: a speculative reply
+    would run the Director on words the caller had not finished saying.
+    """
+
+    def __init__(
+        self,
+        llm: DialogMachineLLM,
+        *,
+        on_end: EndMode | None = None,
+        speak_first: bool | None = None,
+        instructions: str = "",
+        **agent_options: Any,
+    ) -> None:
+        if not isinstance(llm, DialogMachineLLM):
+            raise TypeError(f"DialogAgent needs a DialogMachineLLM, not {type(llm).__name__}")
+        if on_end is not None and on_end not in _END_MODES:
+            raise ValueError(f"on_end must be one of {', '.join(_END_MODES)}, not {on_end!r}")
+        turn_handling = dict(agent_options.pop("turn_handling", {}) or {})
+        turn_handling["preemptive_generation"] = {
+            **turn_handling.get("preemptive_generation", {}), "enabled": False,
+        }
+        super().__init__(instructions=instructions, llm=llm, turn_handling=turn_handling,
+                         **agent_options)
+        self.dialog = llm
+        self._on_end = on_end
+        self._speak_first = speak_first
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ending = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def on_enter(self) -> None:
+        session = self.session
+        dialog = self.dialog
+        dialog._say = self._say_late_line
+        dialog.on_ended.append(self._after_terminal)
+        session.on("user_state_changed", self._on_user_state)
+        session.on("conversation_item_added", self._on_item)
+        session.on("close", self._on_close)
+        if await dialog.prepare():
+            return  # resumed: the caller already heard the opening before the failover
+        if self._speaks_first():
+            session.generate_reply()
+        else:
+            await dialog.start_silently()
+
+    async def on_exit(self) -> None:
+        self.session.off("user_state_changed", self._on_user_state)
+        self.session.off("conversation_item_added", self._on_item)
+        self.session.off("close", self._on_close)
+        if self._after_terminal in self.dialog.on_ended:
+            self.dialog.on_ended.remove(self._after_terminal)
+
+    def _call(self) -> dict[str, Any]:
+        return dict(self.dialog.runtime.state.call or {})
+
+    def _speaks_first(self) -> bool:
+        if self._speak_first is not None:
+            return self._speak_first
+        call = self._call()
+        return not (call.get("channel") == "phone" and call.get("direction") == "outbound")
+
+    def end_mode(self) -> EndMode:
+        """How this call ends after its terminal line."""
+        if self._on_end is not None:
+            return self._on_end
+        return "delete_room" if self._call().get("channel") == "phone" else "shutdown"
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("DialogAgent task failed", exc_info=task.exception())
+
+    # -- session events -----------------------------------------------------------------------
+
+    def _on_item(self, ev: Any) -> None:
+        self.dialog.observe_message(ev.item)
+
+    def _on_user_state(self, ev: Any) -> None:
+        if ev.new_state == "away" and not self._ending and not self.dialog.runtime.state.ended:
+            self._spawn(self._silence())
+
+    def _on_close(self, ev: Any) -> None:
+        self._spawn(self._persist())
+
+    # -- speaking lines outside the LLM stream ------------------------------------------------
+
+    def _say_line(self, text: str, utterances: list[Utterance], *, interruptible: bool) -> Any:
+        """Speak a runtime-logged line with ``session.say``; track what the caller heard."""
+        dialog = self.dialog
+        delivery = dialog._ledger.open("say")
+        delivery.add(text)
+        delivery.closed = True
+        delivery.attach(utterances)
+        handle = self.session.say(text, allow_interruptions=interruptible)
+        dialog.track_speech(delivery, handle, dialog.runtime.log.version)
+        return handle
+
+    async def _silence(self) -> None:
+        """The caller went quiet: the silence policy says what to say (or where to route)."""
+        rt = self.dialog.runtime
+        turn = await rt.external("silence", "user_away")
+        self.dialog._publish()
+        if turn.text:
+            said = [e for e in turn.events if isinstance(e, Utterance) and e.role == "assistant"]
+            handle = self._say_line(turn.text, said, interruptible=turn.interruptible)
+            await handle
+        if rt.state.ended:
+            await self._end_call(None)
+        else:
+            # LiveKit only re-arms the away timer on a state change; after a prompt the caller
+            # is still "away", so reset it to get the next prompt if the silence goes on.
+            self.session.reset_away_timer()
+
+    def _say_late_line(self, text: str) -> None:
+        """The runtime's on_late_line: the runtime logged the line; speak it and track it."""
+        rt = self.dialog.runtime
+        said = []
+        for version in range(rt.log.version, max(0, rt.log.version - 20), -1):
+            event = rt.log.get(version)
+            if isinstance(event, Utterance) and event.role == "assistant" and event.text == text:
+                said = [event]
+                break
+        handle = self._say_line(text, said, interruptible=self._interruptible())
+        if rt.state.ended:
+            self._after_terminal(handle)
+
+    def _interruptible(self) -> bool:
+        ref = self.dialog.runtime.state.checkpoint
+        return bool(not ref or self.dialog.playbook.checkpoint(ref).interruptible)
+
+    # -- ending the call -----------------------------------------------------------------------
+
+    def _after_terminal(self, handle: Any) -> None:
+        """The terminal line is on its way: end the call once it has played."""
+        if self._ending:
+            return
+        self._ending = True
+        self._spawn(self._end_call(handle))
+
+    async def _end_call(self, handle: Any) -> None:
+        self._ending = True
+        if handle is not None and not handle.done():
+            await handle.wait_for_playout()
+        await self._persist()
+        mode = self.end_mode()
+        logger.info("call ended (%s): %s", self.dialog.runtime.state.outcome, mode)
+        if mode == "none":
+            return
+        if mode == "delete_room":
+            try:
+                from livekit.agents import get_job_context
+
+                ctx = get_job_context()
+            except RuntimeError:
+                logger.warning("on_end='delete_room' outside a job; shutting the session down instead")
+            else:
+                await ctx.delete_room()  # hangs up the SIP participant
+        self.session.shutdown(drain=True)
+
+    async def _persist(self) -> None:
+        """Wait until the runtime has handed every event to its store (and its decision landed)."""
+        if self.dialog.started:
+            await self.dialog.runtime.wait_idle()
+
+
+__all__ = ["DialogAgent", "EndMode"]

@@ -1,0 +1,412 @@
+"""``DialogMachineLLM``: a real ``livekit.agents.llm.LLM`` that runs a playbook (SPEC §10).
+
+LiveKit calls ``chat(chat_ctx=...)`` for every reply. The stream syncs the event log with the
+context by message id (new user messages are logged once; interrupted assistant messages
+become ``speech_correction`` events with the heard text), asks the ``Runtime`` for the reply
+and forwards its text as ``ChatChunk``s, then a usage chunk. One instance per call.
+
+Two user messages arriving together (LiveKit replaced nothing, the caller just spoke twice
+before a reply could start) run as consecutive turns: both are logged and decided in order,
+and the reply to the earlier one, which nobody will hear, is recorded as heard empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+from livekit.agents import APIConnectOptions, llm, utils
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
+from superdialog_core.events import Utterance
+from superdialog_core.playbook import Playbook
+
+from .adapters import LiveKitDirector, LiveKitTalker, UsageTally, current_usage
+from .sync import ChatLedger, Delivery
+from .uris import resolve_llm
+
+logger = logging.getLogger("superdialog_livekit")
+
+# The engine's replies are not idempotent (a turn is logged once), so LiveKit must never rerun
+# _run: no retries at all, whatever the session's conn_options say.
+_NO_RETRY = APIConnectOptions(max_retry=0, timeout=DEFAULT_API_CONNECT_OPTIONS.timeout)
+
+
+@dataclass
+class DialogEvent:
+    """What ``DialogMachineLLM`` emits as ``"superdialog_event"``: a logged event or a metric.
+
+    ``kind`` is the log event's type (``verdict``, ``slot_write``, ``advance``...) or one of
+    ``director_call`` (latency_ms, answered_with) and ``ended`` (outcome).
+    """
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _speech_handle() -> Any | None:
+    """The SpeechHandle that owns the current reply (inherited context var; private in 1.8.9)."""
+    try:
+        from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
+    except ImportError:  # pragma: no cover - a LiveKit release that moved it
+        return None
+    return _SpeechHandleContextVar.get(None)
+
+
+def _as_model(model: Any, *, role: str, base_url: str | None) -> Any:
+    """A LiveKit LLM or URI wrapped for the engine; an engine model (``.speak``/``.decide``) as is."""
+    if role == "talker" and hasattr(model, "speak") and not isinstance(model, llm.LLM):
+        return model
+    if role == "director" and hasattr(model, "decide") and not isinstance(model, llm.LLM):
+        return model
+    return resolve_llm(model, base_url=base_url, role=role)
+
+
+class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
+    """Runs one call's playbook behind LiveKit's LLM interface.
+
+    ``talker`` and ``director`` are LiveKit LLMs or model URIs (the director defaults to the
+    talker). ``session_id`` with a ``store`` that holds its log resumes the call (no opening).
+    ``call_start``/``call`` values can be set until the first turn (``set_call``).
+    """
+
+    def __init__(
+        self,
+        playbook: str | Path | Playbook,
+        *,
+        talker: Any,
+        director: Any = None,
+        python_tools: Mapping[str, Any] | None = None,
+        call_start: Mapping[str, Any] | None = None,
+        call: Mapping[str, Any] | None = None,
+        store: Any = None,
+        session_id: str | None = None,
+        now: datetime | None = None,
+        barrier_timeout: float = 0.4,
+        hold_timeout: float | None = None,
+        director_timeout: float = 8.0,
+        token_budget: int = 4000,
+        http_client: Any = None,
+        base_url: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._playbook = playbook if isinstance(playbook, Playbook) else Playbook.load(playbook)
+        talker_model = _as_model(talker, role="talker", base_url=base_url)
+        director_model = _as_model(talker if director is None else director, role="director",
+                                   base_url=base_url)
+        self._talker_llm = talker_model if isinstance(talker_model, llm.LLM) else None
+        self._talker = LiveKitTalker(talker_model) if isinstance(talker_model, llm.LLM) else talker_model
+        self._director = (
+            LiveKitDirector(director_model, on_call=self._director_called)
+            if isinstance(director_model, llm.LLM) else director_model
+        )
+        self._options: dict[str, Any] = {
+            "python_tools": python_tools, "store": store, "now": now,
+            "barrier_timeout": barrier_timeout, "hold_timeout": hold_timeout,
+            "director_timeout": director_timeout, "token_budget": token_budget,
+            "http_client": http_client,
+        }
+        self._call_start = dict(call_start or {})
+        self._call = dict(call or {})
+        self._session_id = session_id
+        self._runtime: Any = None
+        self._resumed = False
+        self._opened = False  # the opening ran (or the call started silently, or resumed)
+        self._ledger = ChatLedger()
+        self._published = 0  # last log version emitted as a DialogEvent
+        self._ended_fired = False
+        self._say: Callable[[str], Any] | None = None  # set by DialogAgent: speaks a late line
+        self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        return self._talker_llm.model if self._talker_llm is not None else "scripted"
+
+    @property
+    def provider(self) -> str:
+        return "superdialog"
+
+    @property
+    def playbook(self) -> Playbook:
+        return self._playbook
+
+    # -- the runtime ----------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Any:
+        """The call's ``superdialog_core.Runtime``; built on first use, which freezes call values.
+
+        Raises ``CallStartError``/``ConfigError`` (every problem listed) if it cannot start.
+        """
+        if self._runtime is None:
+            from superdialog_core import Runtime
+
+            call = dict(self._call)
+            session_id = self._session_id or call.pop("session_id", None)
+            call.pop("session_id", None)
+            self._runtime = Runtime(
+                self._playbook, director=self._director, talker=self._talker,
+                call_start=self._call_start or None, call=call or None, session_id=session_id,
+                on_late_line=self._late_line, **self._options,
+            )
+        return self._runtime
+
+    @property
+    def session_id(self) -> str:
+        return str(self.runtime.session_id)
+
+    @property
+    def resumed(self) -> bool:
+        """True when ``prepare()`` found this session's log in the store (failover)."""
+        return self._resumed
+
+    async def prepare(self) -> bool:
+        """Build the runtime and, when the store holds this session's log, adopt it.
+
+        Returns True for a resumed call: the runtime continues from the stored log and the
+        opening is not replayed. Raises ``CallStartError``/``ConfigError`` before anything is
+        said when the call cannot start.
+        """
+        rt = self.runtime
+        store = self._options["store"]
+        if store is None or self._opened:
+            return self._resumed
+        loaded = store.load(rt.session_id)
+        if inspect.isawaitable(loaded):
+            loaded = await loaded
+        if loaded is not None and len(loaded) > 0:
+            self._opened = True
+            self._resumed = True
+            await rt.start(speak=False)  # adopts the stored log; says nothing
+        return self._resumed
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None
+
+    def set_call(self, values: Mapping[str, Any] | None = None, *,
+                 call_start: Mapping[str, Any] | None = None) -> None:
+        """Set ``call.*`` values (SIP attributes arrive after the job starts) or call-start values.
+
+        Only before the first turn: afterwards the session_start event has recorded them.
+        """
+        if self._runtime is not None:
+            raise RuntimeError(
+                "call values can only be set before the first turn; set them before "
+                "session.start() or before reading .runtime"
+            )
+        if values:
+            self._call.update(values)
+        if call_start:
+            self._call_start.update(call_start)
+
+    async def start_silently(self) -> None:
+        """Start without speaking (an outbound call waits for the callee's first words)."""
+        if not self._opened:
+            self._opened = True
+            await self.runtime.start(speak=False)
+
+    # -- LiveKit LLM interface ------------------------------------------------------------------
+
+    def chat(
+        self,
+        *,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool] | None = None,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+        parallel_tool_calls: NotGivenOr[bool] = NOT_GIVEN,
+        tool_choice: NotGivenOr[llm.ToolChoice] = NOT_GIVEN,
+        extra_kwargs: NotGivenOr[dict[str, Any]] = NOT_GIVEN,
+    ) -> DialogStream:
+        # The playbook runs its own tools; LiveKit tools, tool_choice and kwargs are ignored.
+        return DialogStream(self, chat_ctx=chat_ctx, tools=tools or [],
+                            conn_options=APIConnectOptions(max_retry=0, timeout=conn_options.timeout))
+
+    async def aclose(self) -> None:
+        self._publish()
+        await super().aclose()
+
+    # -- plumbing used by the stream and by DialogAgent -----------------------------------------
+
+    def _director_called(self, record: Any) -> None:
+        self.emit("superdialog_event", DialogEvent("director_call", {
+            "latency_ms": round(record.latency_ms, 1), "answered_with": record.answered_with,
+        }))
+
+    def _publish(self) -> None:
+        """Emit every log event not emitted yet (slot writes, advances, verdicts...)."""
+        if self._runtime is None:
+            return
+        log = self._runtime.log
+        while self._published < log.version:
+            self._published += 1
+            event = log.get(self._published)
+            if event is not None:
+                data = msgspec.to_builtins(event)
+                self.emit("superdialog_event", DialogEvent(str(data.pop("type", "event")), data))
+
+    def _mark_heard(self, corrections: list[tuple[int, str]]) -> None:
+        for version, heard in corrections:
+            self.runtime.mark_heard(version, heard)
+
+    def sync_history(self, chat_ctx: llm.ChatContext) -> None:
+        """Apply heard-text corrections for assistant messages LiveKit reports in ``chat_ctx``."""
+        for message in self._ledger.assistant_messages(chat_ctx):
+            _, corrections = self._ledger.match(message)
+            self._mark_heard(corrections)
+
+    def observe_message(self, message: Any) -> None:
+        """A ``conversation_item_added`` assistant message: correct heard text at once."""
+        if getattr(message, "type", None) != "message" or message.role != "assistant":
+            return
+        if message.id in self._ledger.assistant_ids or self._runtime is None:
+            return
+        _, corrections = self._ledger.match(message)
+        self._mark_heard(corrections)
+
+    def attach_utterances(self, delivery: Delivery, after_version: int) -> None:
+        """Find the assistant utterances the runtime logged for ``delivery`` (after a version)."""
+        log = self.runtime.log
+        known = {v for d in self._ledger.deliveries for v, _, _ in d.utterances}
+        found = []
+        for version in range(after_version + 1, log.version + 1):
+            event = log.get(version)
+            if isinstance(event, Utterance) and event.role == "assistant" and version not in known:
+                found.append(event)
+        delivery.attach(found)
+
+    def track_speech(self, delivery: Delivery, handle: Any, after_version: int) -> None:
+        """Settle ``delivery`` from its SpeechHandle once played: interrupted → heard text."""
+        def done(h: Any) -> None:
+            if not delivery.utterances:
+                self.attach_utterances(delivery, after_version)
+            messages = [i for i in h.chat_items
+                        if getattr(i, "type", None) == "message" and i.role == "assistant"]
+            if messages:
+                self._mark_heard(self._ledger.settle_with(delivery, messages[-1]))
+            elif h.interrupted or delivery.cancelled:
+                self._mark_heard(self._ledger.settle_unheard(delivery))
+            else:
+                self._ledger.settle_complete(delivery)
+            self._publish()
+
+        if handle is None:
+            return  # no session (chat() called directly): matched later through chat_ctx
+        handle.add_done_callback(done)
+
+    def _late_line(self, text: str) -> None:
+        """The runtime's on_late_line: a line due after the reply ended, spoken with ``say``."""
+        if self._say is None:
+            logger.warning("late line not spoken (no session bound to DialogMachineLLM): %r", text)
+            return
+        self._say(text)
+
+    def _ended(self, handle: Any) -> None:
+        if self._ended_fired:
+            return
+        self._ended_fired = True
+        state = self.runtime.state
+        self.emit("superdialog_event", DialogEvent("ended", {"outcome": state.outcome}))
+        for callback in list(self.on_ended):
+            callback(handle)
+
+    def plan(self, chat_ctx: llm.ChatContext) -> tuple[str, list[str]]:
+        """What this reply is: ``("opening", [])``, ``("turn", texts)`` or ``("none", [])``.
+
+        Synchronous on purpose: new user messages are claimed before any await, so concurrent
+        streams never log the same message twice.
+        """
+        self.sync_history(chat_ctx)
+        fresh = self._ledger.new_user_messages(chat_ctx)
+        texts = [t for t in (self._ledger.user_ids[m.id].strip() for m in fresh) if t]
+        if texts:
+            return "turn", texts
+        if not self._opened:
+            self._opened = True
+            return "opening", []
+        return "none", []
+
+    async def open_reply(self, plan: tuple[str, list[str]]) -> AsyncIterator[str] | None:
+        """The runtime stream for a plan (earlier user messages of a burst run as silent turns)."""
+        kind, texts = plan
+        rt = self.runtime
+        if kind == "opening":
+            return rt.stream_start()
+        if kind == "none":
+            return None
+        # A first user turn before any opening (outbound call, or the caller spoke first):
+        # the runtime starts silently by itself.
+        self._opened = True
+        for text in texts[:-1]:
+            turn = await rt.user_turn(text)
+            # Its reply was never sent to LiveKit: the caller heard none of it.
+            for event in turn.events:
+                if isinstance(event, Utterance) and event.role == "assistant":
+                    rt.mark_heard(event.version, "")
+        return rt.stream_turn(texts[-1])
+
+    def guard_interruptible(self, handle: Any) -> None:
+        """Disallow interruptions on the speech once it speaks an ``interruptible: false`` line."""
+        if handle is None or not handle.allow_interruptions or handle.interrupted:
+            return
+        ref = self.runtime.state.checkpoint
+        if ref and not self._playbook.checkpoint(ref).interruptible:
+            handle.allow_interruptions = False
+
+
+class DialogStream(llm.LLMStream):
+    """One reply: the runtime's text as ChatChunks, then a usage chunk."""
+
+    def __init__(self, owner: DialogMachineLLM, **kwargs: Any) -> None:
+        super().__init__(owner, **kwargs)
+        self._owner = owner
+        self._retry_on_chunk_sent = False  # never rerun a turn: it is logged once
+
+    async def _run(self) -> None:
+        owner = self._owner
+        request_id = utils.shortuuid("sd_")
+        handle = _speech_handle()
+        plan = owner.plan(self._chat_ctx)
+        rt = owner.runtime
+        after = rt.log.version
+        delivery = owner._ledger.open("stream")
+        tally = UsageTally()
+        token = current_usage.set(tally)
+        source: Any = None
+        try:
+            source = await owner.open_reply(plan)
+            if source is not None:
+                async for piece in source:
+                    if not piece:
+                        continue
+                    owner.guard_interruptible(handle)
+                    delivery.add(piece)
+                    self._event_ch.send_nowait(llm.ChatChunk(
+                        id=request_id, delta=llm.ChoiceDelta(role="assistant", content=piece)))
+        except asyncio.CancelledError:
+            # Barge-in, a dropped generation or session close: stop the Talker now (aclose
+            # below); the runtime keeps the Director running and logs only what was yielded.
+            delivery.cancelled = True
+            raise
+        finally:
+            current_usage.reset(token)
+            if source is not None:
+                await source.aclose()
+            delivery.closed = True
+            owner.attach_utterances(delivery, after)
+            owner.track_speech(delivery, handle, after)
+            owner._publish()
+            if rt.state.ended:
+                owner._ended(handle)
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=tally.as_usage()))
+
+
+__all__ = ["DialogEvent", "DialogMachineLLM", "DialogStream"]

@@ -1,0 +1,198 @@
+"""Keeping the event log in step with the ``chat_ctx`` LiveKit passes, by message id.
+
+LiveKit hands every ``chat()`` a copy of the whole conversation. The log must learn each user
+message exactly once (a regenerated reply with the same context logs nothing twice), and must
+learn what the caller actually heard of each assistant message (an interrupted message is
+truncated to the delivered text). Assistant message ids are made by LiveKit after the stream,
+so a reply is matched to its message through what was delivered: every stream (and every line
+spoken with ``session.say``) is a ``Delivery`` that records the exact text sent and the log
+versions of the utterances inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from superdialog_core.events import Utterance
+
+
+@dataclass
+class Delivery:
+    """Text sent to LiveKit in one speech (a reply stream or a ``say`` line) and its utterances."""
+
+    source: str  # "stream" | "say"
+    text: str = ""
+    # (log version, start offset, end offset) of each assistant utterance inside ``text``.
+    utterances: list[tuple[int, int, int]] = field(default_factory=list)
+    closed: bool = False  # no more text will be added
+    cancelled: bool = False  # the stream was cancelled (barge-in or session close)
+    settled: bool = False  # heard text applied (or known to be complete)
+    message_id: str | None = None
+
+    def add(self, piece: str) -> None:
+        self.text += piece
+
+    def attach(self, utterances: Iterable[Utterance]) -> list[int]:
+        """Locate each logged utterance inside the delivered text, in order; returns their versions."""
+        cursor = 0
+        attached: list[int] = []
+        for utterance in utterances:
+            at = self.text.find(utterance.text, cursor) if utterance.text else -1
+            if at < 0:
+                continue  # not part of this delivery (a concurrent reply's segment)
+            end = at + len(utterance.text)
+            self.utterances.append((utterance.version, at, end))
+            attached.append(utterance.version)
+            cursor = end
+        return attached
+
+    def heard(self, delivered: str | None) -> list[tuple[int, str]]:
+        """``(version, heard_text)`` for every utterance the caller did not hear in full.
+
+        ``delivered`` is the (possibly truncated) assistant message text; ``None`` means nothing
+        of this delivery reached the caller.
+        """
+        if delivered is None:
+            cut = 0
+        else:
+            found = covered_length(self.text, delivered)
+            # A transcript LiveKit rewrote (a custom transcription_node) is no prefix: fall back
+            # to its length, the best estimate of how far playout got.
+            cut = found if found is not None else min(len(self.text), len(delivered))
+        corrections = []
+        for version, start, end in self.utterances:
+            if end <= cut:
+                continue
+            corrections.append((version, self.text[start:cut].strip() if cut > start else ""))
+        return corrections
+
+
+def covered_length(full: str, delivered: str) -> int | None:
+    """The offset in ``full`` up to which ``delivered`` is its prefix, ignoring whitespace.
+
+    LiveKit may normalise spaces in the forwarded transcript, so both strings are walked with
+    whitespace skipped. ``None`` when ``delivered`` is not a prefix of ``full`` at all.
+    """
+    if full.startswith(delivered):
+        return len(delivered)
+    i = covered = 0
+    for char in delivered:
+        if char.isspace():
+            continue
+        while i < len(full) and full[i].isspace():
+            i += 1
+        if i >= len(full) or full[i] != char:
+            return None
+        i += 1
+        covered = i
+    return covered
+
+
+def message_text(message: Any) -> str:
+    """The text of a LiveKit ChatMessage (str parts only)."""
+    text = getattr(message, "text_content", None)
+    if text is not None:
+        return text
+    return "".join(part for part in getattr(message, "content", []) if isinstance(part, str))
+
+
+@dataclass
+class ChatLedger:
+    """Which chat_ctx messages the log already knows, and the deliveries awaiting their message."""
+
+    user_ids: dict[str, str] = field(default_factory=dict)  # message id -> text logged for it
+    assistant_ids: set[str] = field(default_factory=set)
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    def new_user_messages(self, chat_ctx: Any) -> list[Any]:
+        """User messages not seen before, in order; they are claimed at once (no await between)."""
+        fresh = []
+        for item in chat_ctx.items:
+            if getattr(item, "type", None) != "message" or item.role != "user":
+                continue
+            if item.id in self.user_ids:
+                continue
+            self.user_ids[item.id] = message_text(item)
+            fresh.append(item)
+        return fresh
+
+    def forgotten_user_ids(self, chat_ctx: Any) -> list[str]:
+        """Logged user messages that are no longer in ``chat_ctx`` (replaced by LiveKit)."""
+        present = {item.id for item in chat_ctx.items if getattr(item, "type", None) == "message"}
+        return [mid for mid in self.user_ids if mid not in present]
+
+    def open(self, source: str) -> Delivery:
+        delivery = Delivery(source)
+        self.deliveries.append(delivery)
+        return delivery
+
+    def assistant_messages(self, chat_ctx: Any) -> list[Any]:
+        """Assistant messages not matched yet, in order."""
+        return [
+            item
+            for item in chat_ctx.items
+            if getattr(item, "type", None) == "message"
+            and item.role == "assistant"
+            and item.id not in self.assistant_ids
+        ]
+
+    def match(self, message: Any) -> tuple[Delivery | None, list[tuple[int, str]]]:
+        """Match an assistant message to its delivery; returns the heard-text corrections.
+
+        Deliveries are matched oldest first by text (the message is the delivered prefix).
+        A cancelled delivery older than the match never produced a message: the caller heard
+        none of it. Unmatched messages (an app's own ``say``) are remembered and ignored.
+        """
+        self.assistant_ids.add(message.id)
+        text = message_text(message)
+        interrupted = bool(getattr(message, "interrupted", False))
+        corrections: list[tuple[int, str]] = []
+        for delivery in list(self.deliveries):
+            if delivery.settled or not delivery.closed or not text.strip():
+                continue
+            if covered_length(delivery.text, text) is None:
+                continue
+            # Older cancelled deliveries that never became a message were heard not at all.
+            for older in self.deliveries[: self.deliveries.index(delivery)]:
+                if older.closed and older.cancelled and not older.settled:
+                    corrections.extend(self.settle_unheard(older))
+            delivery.message_id = message.id
+            delivery.settled = True
+            self.deliveries.remove(delivery)
+            if interrupted or delivery.cancelled:
+                corrections.extend(delivery.heard(text))
+            return delivery, corrections
+        return None, corrections
+
+    def settle_unheard(self, delivery: Delivery) -> list[tuple[int, str]]:
+        """A delivery whose speech ended with no assistant message: nothing of it was heard."""
+        if delivery.settled:
+            return []
+        delivery.settled = True
+        if delivery in self.deliveries:
+            self.deliveries.remove(delivery)
+        return delivery.heard(None)
+
+    def settle_with(self, delivery: Delivery, message: Any) -> list[tuple[int, str]]:
+        """A delivery whose speech handle reported its message directly (no text search needed)."""
+        self.assistant_ids.add(message.id)
+        if delivery.settled:
+            return []
+        delivery.settled = True
+        delivery.message_id = message.id
+        if delivery in self.deliveries:
+            self.deliveries.remove(delivery)
+        if getattr(message, "interrupted", False) or delivery.cancelled:
+            return delivery.heard(message_text(message))
+        return []
+
+    def settle_complete(self, delivery: Delivery) -> None:
+        """A delivery that played in full (nothing to correct)."""
+        delivery.settled = True
+        if delivery in self.deliveries:
+            self.deliveries.remove(delivery)
+
+
+__all__ = ["ChatLedger", "Delivery", "covered_length", "message_text"]
