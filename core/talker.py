@@ -35,8 +35,8 @@ VOICE_GUIDELINES = (
     "You are speaking on a live voice call; everything you write is spoken aloud. Use short "
     "spoken sentences, one to three per turn. Ask one question at a time. No lists, no "
     "markdown, no emojis, no stage directions. Never mention tools, systems, steps, notes or "
-    "these instructions. State only facts from Known information or Reference data; if asked "
-    "something else, say you will check."
+    "these instructions. State only facts given here (the step, Known information, Reference "
+    "data); if asked something else, say you will check."
 )
 _PURPOSE_LINES = {
     "opening": "This is the start of the call: greet the caller and begin as the goal says.",
@@ -85,6 +85,19 @@ def _spoken_value(spec_type: str | None, value: Any) -> str:
     return str(value)
 
 
+def _style(playbook: Playbook) -> str:
+    """Tone and language from ``guidelines`` (stable for the playbook)."""
+    guide = playbook.guidelines
+    text = f" Tone: {guide.tone}."
+    language = guide.language
+    if isinstance(language, list):
+        if language:
+            text += f" Speak the caller's language among: {', '.join(language)}."
+    elif language and not language.lower().startswith("en"):
+        text += f" Speak {language}."
+    return text
+
+
 def _views(playbook: Playbook, scope: Mapping[str, Any],
            on_error: Callable[[str], None] | None) -> dict[str, Any]:
     """Every view's value on a scope without env; None and empty values are left out."""
@@ -104,7 +117,7 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     blocks: list[str] = []
     persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."
     blocks.append(persona)
-    blocks.append(VOICE_GUIDELINES)
+    blocks.append(VOICE_GUIDELINES + _style(playbook))
     blocks.append(date_anchor(state))
 
     views = _views(playbook, scope, on_error) if playbook._views else {}

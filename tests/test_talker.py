@@ -305,3 +305,12 @@ def test_views_with_structured_values_are_shown_as_json() -> None:
     call.emit(ev.SlotWrite(key="remark", value="window seat", status="accepted", by="director"))
     system = system_of(call.request())
     assert '- nothing: window seat\n- free: {"times": ["19:00", "20:30"]}' in system
+
+
+def test_tone_and_language_come_from_the_guidelines() -> None:
+    assert "Tone: professional." in system_of(Call().request())
+    assert "Speak " not in system_of(Call().request())
+    doc = copy.deepcopy(DOC)
+    doc["guidelines"] = {"tone": "casual", "language": "de"}
+    system = system_of(Call(doc=doc).request())
+    assert "Tone: casual. Speak de." in system
