@@ -125,24 +125,6 @@ class ConversationState:
         self._scope_base: dict[str, Any] = {}
         self._scope_extra_key: tuple[Any, ...] | None = None
         self._scope_extra: dict[str, Any] = {}
-        self._apply: dict[type, Callable[[Any], None]] = {
-            ev.SessionStart: self._session_start,
-            ev.Utterance: self._utterance,
-            ev.SpeechCorrection: self._speech_correction,
-            ev.UtteranceSuperseded: self._utterance_superseded,
-            ev.SlotWrite: self._slot_write,
-            ev.SlotRefused: self._slot_refused,
-            ev.SlotClear: self._slot_clear,
-            ev.Advance: self._advance,
-            ev.SteeringNote: self.pending_notes.append,
-            ev.NoteConsumed: self._note_consumed,
-            ev.ToolCall: self._tool_call,
-            ev.ToolResult: self._tool_result,
-            ev.EnvWrite: self._env_write,
-            ev.External: self._external,
-            ev.Degraded: self._degraded,
-            ev.SessionEnd: self._session_end,
-        }
 
     # --- folding --------------------------------------------------------------------------
 
@@ -161,9 +143,9 @@ class ConversationState:
                 f"state at version {self.version} cannot apply {type(event).__name__} with "
                 f"version {event.version}: apply logged events once each, in log order"
             )
-        handler = self._apply.get(type(event))
+        handler = _HANDLERS.get(type(event))
         if handler is not None:
-            handler(event)
+            handler(self, event)
         self.version = event.version
 
     # --- per event ------------------------------------------------------------------------
@@ -240,6 +222,9 @@ class ConversationState:
         self.silence_count = 0
         self.talker_segments_in_checkpoint = 0
         self.verbatim_spoken = set()
+
+    def _steering_note(self, event: ev.SteeringNote) -> None:
+        self.pending_notes.append(event)
 
     def _note_consumed(self, event: ev.NoteConsumed) -> None:
         notes = self.pending_notes
@@ -421,6 +406,28 @@ class ConversationState:
             f"ConversationState(version={self.version}, checkpoint={self.checkpoint!r}, "
             f"slots={sorted(self.slots)}, ended={self.ended})"
         )
+
+
+# Event type -> the method that folds it (types not listed, such as verdict, only advance
+# the version). One table per process, not per call.
+_HANDLERS: dict[type, Callable[[ConversationState, Any], None]] = {
+    ev.SessionStart: ConversationState._session_start,
+    ev.Utterance: ConversationState._utterance,
+    ev.SpeechCorrection: ConversationState._speech_correction,
+    ev.UtteranceSuperseded: ConversationState._utterance_superseded,
+    ev.SlotWrite: ConversationState._slot_write,
+    ev.SlotRefused: ConversationState._slot_refused,
+    ev.SlotClear: ConversationState._slot_clear,
+    ev.Advance: ConversationState._advance,
+    ev.SteeringNote: ConversationState._steering_note,
+    ev.NoteConsumed: ConversationState._note_consumed,
+    ev.ToolCall: ConversationState._tool_call,
+    ev.ToolResult: ConversationState._tool_result,
+    ev.EnvWrite: ConversationState._env_write,
+    ev.External: ConversationState._external,
+    ev.Degraded: ConversationState._degraded,
+    ev.SessionEnd: ConversationState._session_end,
+}
 
 
 def _entry_tuple(entry: TranscriptEntry) -> tuple[Any, ...]:
