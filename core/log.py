@@ -40,6 +40,11 @@ class LogCorruptError(ValueError):
             "and everything after it)"
         )
 
+    @property
+    def line(self) -> int:
+        """Alias of ``line_number`` (the name docs/internals.md uses)."""
+        return self.line_number
+
 
 class EventLog:
     """An append-only list of stamped events with versions 1..N.

@@ -106,7 +106,7 @@ def test_corrupt_line_names_the_line_and_keeps_the_prefix() -> None:
     with pytest.raises(LogCorruptError) as info:
         EventLog.from_jsonl(text, source="calls/s1.jsonl")
     err = info.value
-    assert err.line_number == 4
+    assert err.line_number == err.line == 4
     assert "calls/s1.jsonl, line 4" in str(err)
     assert [e.version for e in err.prefix] == [1, 2, 3]
     # The prefix is a working log: the runtime can resume and append to it.
