@@ -11,36 +11,27 @@ value, bad arguments) is never sent, emits no ``ToolCall`` (so ``run_once`` and 
 count only real attempts) and has an error starting with ``"refused: "``; pipelines never
 retry it.
 
-Python tools are registered by id in ``python_tools`` and called as follows, decided once when
-the runner is built:
-
-- a LiveKit ``@function_tool`` function: ``fn(**args)`` (only the keys it declares);
-- a LiveKit raw function tool: ``fn(args)``;
-- any other callable taking two positional parameters: ``fn(args, state)``; one: ``fn(args)``;
-  none (keyword parameters only): ``fn(**args)``.
-
-A parameter for a LiveKit ``RunContext`` (annotated so, or named ``context``/``ctx``) gets
-its default (None) and is refused at construction when it has none (the engine runs tools
-outside a LiveKit session). Sync callables run on the event loop: keep them quick and make I/O
-tools ``async``. The return value is the result's ``data``; an exception is a failed result
-``"<ExcType>: <message>"``.
+Python tools are registered by id in ``python_tools``; how each is called (``fn(args, state)``,
+``fn(args)`` or ``fn(**args)``, LiveKit ``@function_tool`` functions included) is decided once,
+at construction (see ``pytools.py``). The return value is the result's ``data``; an exception
+is a failed result ``"<ExcType>: <message>"``. A python tool receives the live state, so the
+hard-gate check (which reads the slots an HTTP tool's templates send) does not apply to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
-import msgspec
 
 from . import events as ev
 from . import http as wire
 from .http import shared_http_client
+from .pytools import bind_python_tool
 from .ssrf import HostUnresolved, Resolver, UrlRefused, vet_url
 
 if TYPE_CHECKING:
@@ -76,53 +67,6 @@ class _Compiled:
     slot_refs: frozenset[str]
 
 
-@dataclass(frozen=True)
-class _PythonTool:
-    fn: Callable[..., Any]
-    style: Literal["args_state", "args", "kwargs"]
-    accepted: frozenset[str] | None  # kwargs style: the names it takes (None: **kwargs)
-
-
-def _is_context_param(param: inspect.Parameter) -> bool:
-    annotation = param.annotation
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
-    return "RunContext" in str(text) or param.name in ("context", "ctx")
-
-
-def bind_python_tool(tool_id: str, fn: Callable[..., Any]) -> _PythonTool:
-    """Decide once how ``fn`` is called (see the module docstring); raise ValueError if it cannot be."""
-    if not callable(fn):
-        raise ValueError(f"python tool '{tool_id}': {fn!r} is not callable; register a function")
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"python tool '{tool_id}': cannot read its signature ({exc})") from None
-    params = [p for p in sig.parameters.values()
-              if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    context = [p for p in params if _is_context_param(p)]
-    for p in context:
-        if p.default is inspect.Parameter.empty:
-            raise ValueError(
-                f"python tool '{tool_id}': parameter '{p.name}' needs a LiveKit RunContext, which "
-                "playbook tools do not have; give it a default (None) or register a wrapper"
-            )
-    plain = [p for p in params if p not in context]
-    has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
-    accepted = None if has_var_kw else frozenset(p.name for p in plain)
-    if getattr(fn, "__livekit_raw_tool_info", None) is not None:
-        return _PythonTool(fn, "args", None)
-    if getattr(fn, "__livekit_tool_info", None) is not None:
-        return _PythonTool(fn, "kwargs", accepted)
-    positional = [p for p in plain if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
-                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                  and p.default is inspect.Parameter.empty]
-    if len(positional) >= 2:
-        return _PythonTool(fn, "args_state", None)
-    if len(positional) == 1:
-        return _PythonTool(fn, "args", None)
-    return _PythonTool(fn, "kwargs", accepted)
-
-
 def _dig(data: Any, path: str) -> tuple[bool, Any]:
     """Follow a dotted path of dict keys and list indices; (found, value)."""
     current = data
@@ -134,6 +78,16 @@ def _dig(data: Any, path: str) -> tuple[bool, Any]:
         else:
             return False, None
     return True, current
+
+
+class _Finish(Protocol):
+    def __call__(self, ok: bool, status: int | None = None, data: Any = None,
+                 error: str | None = None) -> ev.ToolResult: ...
+
+
+def _clamp_timeout(seconds: float) -> float:
+    """Per-tool timeouts are clamped to 0.1..300 s (a typo cannot hang or disable a call)."""
+    return min(max(float(seconds), 0.1), 300.0)
 
 
 _CASTS: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "str": str}
@@ -249,7 +203,9 @@ class ToolRunner:
         if not replay:
             if spec.run_once and state.calls.get(tool_id, 0) > 0:
                 return None
-            if compiled.when is not None and not compiled.when.evaluate(scope):
+            if compiled.when is not None and not compiled.when.evaluate(
+                scope, on_error=lambda detail: emit(ev.Degraded(
+                    component="tools", detail=f"when:{tool_id}:{detail}"))):
                 return None
         started = time.perf_counter()
 
@@ -280,28 +236,28 @@ class ToolRunner:
                     raise ValueError(f"argument '{name}'={out[name]!r} is not a {arg_spec.type}") from None
         return out
 
-    async def _run_python(self, spec, state, emit, args, attempt, pipeline, finish):  # type: ignore[no-untyped-def]
+    async def _run_python(
+        self, spec: ToolSpec, state: ConversationState, emit: Emit, args: dict[str, Any],
+        attempt: int, pipeline: str | None, finish: _Finish,
+    ) -> ev.ToolResult:
         bound = self._python.get(spec.id)
         if bound is None:
             return finish(False, error=f"{REFUSED}python tool not registered: {spec.id}; pass it in python_tools")
         emit(ev.ToolCall(tool=spec.id, args=wire.redact_body(args, self.env), attempt=attempt, pipeline=pipeline))
+        timeout = _clamp_timeout(spec.timeout)
         try:
-            if bound.style == "args_state":
-                value = bound.fn(args, state)
-            elif bound.style == "args":
-                value = bound.fn(args)
-            else:
-                kwargs = args if bound.accepted is None else {k: v for k, v in args.items() if k in bound.accepted}
-                value = bound.fn(**kwargs)
-            if inspect.isawaitable(value):
-                value = await asyncio.wait_for(value, min(max(spec.timeout, 0.1), 300.0))
+            data = await bound.call(args, state, timeout)
         except asyncio.TimeoutError:
-            return finish(False, error=f"timeout after {min(max(spec.timeout, 0.1), 300.0):g} s")
+            return finish(False, error=f"timeout after {timeout:g} s")
         except Exception as exc:  # a tool's failure is data for the pipeline, not a crash
             return finish(False, error=f"{type(exc).__name__}: {exc}")
-        return finish(True, data=msgspec.to_builtins(value, enc_hook=str, str_keys=True))
+        return finish(True, data=data)
 
-    async def _run_http(self, spec, compiled, state, emit, scope, hard_gate, attempt, pipeline, finish):  # type: ignore[no-untyped-def]
+    async def _run_http(
+        self, spec: ToolSpec, compiled: _Compiled, state: ConversationState, emit: Emit,
+        scope: Mapping[str, Any], hard_gate: bool, attempt: int, pipeline: str | None,
+        finish: _Finish,
+    ) -> ev.ToolResult:
         from .templates import TemplateRefusal
 
         method = spec.method.upper()
@@ -331,7 +287,7 @@ class ToolRunner:
         if wire.needs_idempotency_key(method, headers):
             headers["Idempotency-Key"] = wire.idempotency_key(spec.id, method, url, body)
         emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
-        timeout = min(max(spec.timeout, 0.1), 300.0)
+        timeout = _clamp_timeout(spec.timeout)
         client = self._client or shared_http_client()
         try:
             reply = await asyncio.wait_for(wire.send(

@@ -7,6 +7,7 @@ request.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -17,6 +18,7 @@ import httpx
 import pytest
 from loopback import LoopbackServer, RecordedRequest, Reply, closed_port
 from superdialog_core import events as ev
+from superdialog_core.http import is_secret_key, redact_url
 from superdialog_core.log import EventLog
 from superdialog_core.playbook import Playbook
 from superdialog_core.state import ConversationState
@@ -574,3 +576,38 @@ async def test_livekit_function_tool_is_called_with_keyword_args() -> None:
     result = await runner.run_tool("capture", state=call.state, emit=call.emit,
                                    args={"amount": 7, "ignored": True})
     assert result is not None and result.ok and result.data == {"ref": "LK-7"}
+
+
+async def test_slow_async_python_tool_times_out_and_odd_data_fails_clearly() -> None:
+    async def slow(args: dict[str, Any]) -> None:
+        await asyncio.sleep(5)
+
+    def odd(args: dict[str, Any]) -> Any:
+        return {1: float("inf"), "when": object}  # keys become strings, a class becomes its str
+
+    playbook = booking_playbook(tools=[{"id": "slow", "type": "python", "timeout": 0.1},
+                                       {"id": "odd", "type": "python"}])
+    call = Call(playbook)
+    runner = ToolRunner(playbook, env={}, python_tools={"slow": slow, "odd": odd})
+    result = await runner.run_tool("slow", state=call.state, emit=call.emit)
+    assert result is not None and result.error == "timeout after 0.1 s"
+    result = await runner.run_tool("odd", state=call.state, emit=call.emit)
+    assert result is not None and result.ok
+    assert result.data == {"1": float("inf"), "when": str(object)}
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [("api_key", True), ("X-Auth-Token", True), ("clientSecret", True), ("password", True),
+     ("pin", True), ("accessKey", True), ("Authorization", True), ("author", False),
+     ("shipping", False), ("name", False), ("options", False), ("session_id", False)],
+)
+def test_secret_key_names_are_recognised_by_whole_words(key: str, secret: bool) -> None:
+    assert is_secret_key(key) is secret
+
+
+def test_logged_urls_hide_userinfo_secret_params_and_env_values() -> None:
+    env = {"API_BASE": "https://api.example.com", "SHORT": "x"}
+    assert redact_url("https://bob:pw@api.example.com/v1?token=abc&day=mon#f", env) == (
+        "https://***@api.example.com/v1?token=***&day=mon")
+    assert redact_url("https://api.example.com/v1?q=x", env) == "<env.API_BASE>/v1?q=x"
