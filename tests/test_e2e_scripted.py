@@ -18,9 +18,10 @@ from loopback import LoopbackServer, Reply
 from superdialog_core import Playbook, Runtime, ScriptedDirector, ScriptedTalker
 from superdialog_core import events as ev
 
-EXAMPLES = Path("/work/shared/examples")
-if not EXAMPLES.exists():  # the repository's own copies
-    EXAMPLES = Path(__file__).resolve().parent.parent / "playbooks"
+ROOT = Path(__file__).resolve().parent.parent
+# The shared example, verbatim: books through the clinic's HTTP API (env CLINIC_API_BASE/TOKEN).
+DENTAL = ROOT / "tests" / "fixtures" / "dental_booking_http.yaml"
+INSURANCE = ROOT / "playbooks" / "insurance_callback_simple.yaml"
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=BERLIN)  # a Monday
 
@@ -49,7 +50,7 @@ def clinic(monkeypatch: pytest.MonkeyPatch):
 
 
 async def test_dental_booking_end_to_end(clinic: LoopbackServer, client: httpx.AsyncClient) -> None:
-    playbook = Playbook.load(EXAMPLES / "dental_booking.yaml")
+    playbook = Playbook.load(DENTAL)
     director = ScriptedDirector([
         {"slots": {"reason": "checkup"}, "advance": "visit.details"},
         {"slots": {"patient_name": "Anna Schmidt", "phone": "0170 1234567"},
@@ -140,7 +141,7 @@ async def test_dental_booking_end_to_end(clinic: LoopbackServer, client: httpx.A
 
 
 async def test_dental_streamed_chunks_are_the_turn_text(clinic: LoopbackServer, client: httpx.AsyncClient) -> None:
-    playbook = Playbook.load(EXAMPLES / "dental_booking.yaml")
+    playbook = Playbook.load(DENTAL)
     rt = Runtime(playbook, ScriptedDirector([{"advance": "visit.details"}]),
                  ScriptedTalker(["Sure thing.", "What is your name?"]),
                  call_start={"clinic_id": "c1"}, now=NOW, http_client=client)
@@ -152,7 +153,7 @@ async def test_dental_streamed_chunks_are_the_turn_text(clinic: LoopbackServer, 
 
 
 async def test_insurance_callback_simple_format_ends_with_closing_words() -> None:
-    playbook = Playbook.load(EXAMPLES / "insurance_callback_simple.yaml")
+    playbook = Playbook.load(INSURANCE)
     director = ScriptedDirector([
         {"slots": {"good_time": "yes"}, "advance": "main.interest"},
         {"slots": {"wants_quote": "yes"}, "advance": "main.slot"},
