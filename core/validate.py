@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import zoneinfo
 from collections.abc import Iterator
 
 from .errors import Problem
@@ -63,6 +64,7 @@ class _Checker:
         self.tools()
         self.pipelines()
         self.top_level_refs()
+        self.settings()
 
     # --- ids ---------------------------------------------------------------------------
 
@@ -236,6 +238,23 @@ class _Checker:
             self.ref(silence.then, "policies.silence.then")
 
 
+    def settings(self) -> None:
+        """Values pydantic cannot check: the timezone and the phone region."""
+        timezone = self.pb.guidelines.timezone
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            self.error("guidelines.timezone", f"unknown timezone {timezone!r}",
+                       hint_for(timezone, zoneinfo.available_timezones()) or "use an IANA name such as Europe/Berlin")
+        region = self.pb.policies.phone_region
+        if region is not None:
+            import phonenumbers
+
+            if region.upper() not in phonenumbers.SUPPORTED_REGIONS:
+                self.error("policies.phone_region", f"unknown phone region {region!r}",
+                           "use a two-letter region code such as DE or US")
+
+
 # --- graph ---------------------------------------------------------------------------------
 
 
@@ -328,9 +347,16 @@ def unsupported_keys(playbook: Playbook) -> list[str]:
             found.append(f"guidelines.{flag}")
     if playbook.guidelines.supervisor:
         found.append("guidelines.supervisor")
+    for key in ("director_model", "talker_model"):  # the plugin takes models as arguments
+        if getattr(playbook.guidelines, key) is not None:
+            found.append(f"guidelines.{key}")
+    if playbook.policies.extended_timeout:
+        found.append("policies.extended_timeout")
     for path, _, cp in iter_checkpoints(playbook):
         if cp.handover:
             found.append(join_path(path, "handover"))
+        if cp.strict:
+            found.append(join_path(path, "strict"))
         if cp.context not in (None, "append"):
             found.append(join_path(path, "context"))
         if cp.summary_prompt:
@@ -347,6 +373,8 @@ def unsupported_keys(playbook: Playbook) -> list[str]:
     for index, interrupt in enumerate(playbook.interrupts):
         if interrupt.judge == "event":
             found.append(join_path("interrupts", index, "judge"))
+        if interrupt.resume:
+            found.append(join_path("interrupts", index, "resume"))
     for index, tool in enumerate(playbook.tools):
         for key in ("tier", "compensate", "ttl_seconds", "on_expire"):
             if getattr(tool, key) is not None:

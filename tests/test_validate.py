@@ -363,3 +363,25 @@ def test_all_problems_come_out_of_one_error_errors_first() -> None:
     assert severities == sorted(severities)  # "error" sorts before "warning"
     assert "warning" in severities
     assert "3 problems" in str(err.value)
+
+
+def test_timezone_and_phone_region_are_checked() -> None:
+    doc = base()
+    doc["guidelines"] = {"timezone": "Europe/Berln"}
+    doc["policies"] = {"phone_region": "XX"}
+    found = {p.path: p for p in problems(doc)}
+    assert found["guidelines.timezone"].message == "unknown timezone 'Europe/Berln'"
+    assert found["guidelines.timezone"].hint == "did you mean 'Europe/Berlin'?"
+    assert found["policies.phone_region"].message == "unknown phone region 'XX'"
+
+
+def test_a_problem_does_not_hide_the_others_of_other_kinds() -> None:
+    """Structure, compile and graph checks all run on one load."""
+    doc = base()
+    doc["middleware"] = {"refresh_with": "nope"}
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.name and ("
+    cps(doc)[4]["say_verbatim"] = "{{ slots.nope }}"
+    doc["guidelines"] = {"timezone": "Mars/Base"}
+    paths = {p.path for p in problems(doc)}
+    assert paths == {"middleware.refresh_with", "journeys.visit.checkpoints[1].advance_when[0].when",
+                     "journeys.visit.checkpoints[4].say_verbatim", "guidelines.timezone"}
