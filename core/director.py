@@ -297,9 +297,32 @@ def heard(entry: Any) -> str:
     return entry.text if heard_text is None else heard_text
 
 
-def last_read_back(state: Any) -> Any | None:
-    """The last assistant utterance a confirmation can answer (SPEC §4.3): not filler/prompt."""
-    for entry in reversed(state.transcript):
+def _turn_end(state: Any, user_text: str, user_version: int | None) -> int | None:
+    """Index of the caller's utterance this turn answers to, or None when it is not logged.
+
+    At a soft gate the Talker's reply to this very utterance may already be logged when the
+    Director's request is built; the Director must see the turn as the caller saw it, so
+    everything after the utterance is left out.
+    """
+    transcript = state.transcript
+    for i in range(len(transcript) - 1, -1, -1):
+        entry = transcript[i]
+        if user_version is not None:
+            if entry.version == user_version:
+                return i
+            if entry.version < user_version:
+                return None
+        elif entry.role == "user" and not getattr(entry, "superseded", False):
+            return i if entry.text == user_text else None
+    return None
+
+
+def last_read_back(state: Any, end: int | None = None) -> Any | None:
+    """The last assistant utterance before index ``end`` (default: the end) that a
+    confirmation can answer (SPEC §4.3): not filler, not a silence prompt."""
+    transcript = state.transcript
+    for i in range((len(transcript) if end is None else end) - 1, -1, -1):
+        entry = transcript[i]
         if entry.role != "assistant" or getattr(entry, "superseded", False):
             continue
         if entry.filler or entry.kind in ("filler", "prompt"):
@@ -308,13 +331,14 @@ def last_read_back(state: Any) -> Any | None:
     return None
 
 
-def _turn_block(state: Any, playbook: Playbook, awaiting: frozenset[str]) -> str:
+def _turn_block(state: Any, playbook: Playbook, awaiting: frozenset[str],
+                end: int | None) -> str:
     parts = [_checkpoint_block(playbook, state.checkpoint, awaiting)]
     known = [f"- {k} = {_json(s.value)} ({s.status})" for k, s in state.slots.items()]
     parts.append("Known values:\n" + ("\n".join(known) or "(none)"))
     if awaiting:
         lines = [f"- {k} = {_json(state.slots[k].value)}" for k in sorted(awaiting)]
-        entry = last_read_back(state)
+        entry = last_read_back(state, end)
         said = _json(heard(entry), 600) if entry is not None else "(nothing yet)"
         parts.append("Awaiting confirmation:\n" + "\n".join(lines)
                      + f"\nAssistant's last line (the read-back): {said}")
@@ -326,10 +350,13 @@ def _turn_block(state: Any, playbook: Playbook, awaiting: frozenset[str]) -> str
     return "\n\n".join(parts)
 
 
-def _transcript_message(state: Any, user_text: str) -> str:
+def _transcript_message(state: Any, user_text: str, end: int | None) -> str:
+    transcript = state.transcript
+    last = end if end is not None else len(transcript) - 1
     # Newest first, stopping at the cap: the cost does not grow with the call's length.
     entries = []
-    for e in reversed(state.transcript):
+    for i in range(last, -1, -1):
+        e = transcript[i]
         if getattr(e, "superseded", False):
             continue
         if e.role == "assistant" and (e.filler or e.kind == "filler"):
@@ -341,20 +368,24 @@ def _transcript_message(state: Any, user_text: str) -> str:
     # One entry per line, JSON-quoted: a caller cannot fake a "system:" line with a newline.
     lines = [f"{'caller' if e.role == 'user' else 'assistant'}: {_json(heard(e), 2000)}"
              for e in entries]
-    newest_user = next((e for e in reversed(entries) if e.role == "user"), None)
-    if user_text and (newest_user is None or newest_user.text != user_text
-                      or entries[-1].role != "user"):
-        lines.append(f"caller: {_json(user_text, 2000)}")
+    if end is None and user_text:
+        lines.append(f"caller: {_json(user_text, 2000)}")  # not logged (yet): it comes last
     return TRANSCRIPT_HEADER + "\n" + ("\n".join(lines) or "(empty)")
 
 
-def build_director_request(state: Any, playbook: Playbook, *, user_text: str) -> DirectorRequest:
-    """The Director's messages and schema for this turn (no env, transcript marked untrusted)."""
+def build_director_request(state: Any, playbook: Playbook, *, user_text: str,
+                           user_version: int | None = None) -> DirectorRequest:
+    """The Director's messages and schema for this turn (no env, transcript marked untrusted).
+
+    The transcript ends at the caller's utterance (``user_version`` when given, else the
+    newest caller entry with ``user_text``); a reply already logged after it is left out.
+    """
     awaiting = _awaiting(state)
-    system = stable_prompt(playbook) + "\n\n" + _turn_block(state, playbook, awaiting)
+    end = _turn_end(state, user_text, user_version)
+    system = stable_prompt(playbook) + "\n\n" + _turn_block(state, playbook, awaiting, end)
     messages = [
         {"role": "system", "content": system},
-        {"role": "user", "content": _transcript_message(state, user_text)},
+        {"role": "user", "content": _transcript_message(state, user_text, end)},
     ]
     return DirectorRequest(messages=messages, schema=verdict_schema(state, playbook),
                            tool_name=TOOL_NAME)

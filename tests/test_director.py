@@ -438,3 +438,26 @@ def test_goodbye_backstop_does_not_override_an_applied_advance() -> None:
     advances = [e for e in events if isinstance(e, ev.Advance)]
     assert [(a.to, a.rule_id) for a in advances] == [("booking.bye", "booking.collect.2")]
     assert result.interrupted is None
+
+
+def test_transcript_and_read_back_end_at_the_callers_utterance() -> None:
+    # At a soft gate the Talker's reply may be logged before the Director's request is built.
+    call = Call()
+    call.write("party_size", 4)
+    call.agent("Four of you, right?")
+    version = call.user("yes")
+    call.agent("Lovely, and which day?")
+    for kw in ({}, {"user_version": version}):
+        request = build_director_request(call.state, call.playbook, user_text="yes", **kw)
+        lines = request.messages[1]["content"].splitlines()
+        assert lines[-2:] == ['assistant: "Four of you, right?"', 'caller: "yes"']
+        assert "Lovely" not in request.messages[0]["content"] + request.messages[1]["content"]
+        assert 'read-back): "Four of you, right?"' in request.messages[0]["content"]
+
+
+def test_an_utterance_not_yet_logged_comes_last() -> None:
+    call = Call()
+    call.agent("How many of you?")
+    request = build_director_request(call.state, call.playbook, user_text="six")
+    assert request.messages[1]["content"].splitlines()[-2:] == [
+        'assistant: "How many of you?"', 'caller: "six"']
