@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from datetime import date
+from functools import lru_cache
 from typing import Any
 
 from .director import date_anchor
 from .models import TalkerRequest
 from .playbook import Checkpoint, Playbook
 from .slots import read_back_items
+from .spoken import spoken_date, spoken_digits, spoken_time
 
 PURPOSES = ("opening", "reply", "follow_through", "closing")
 PLACEHOLDER = "[call connected]"
@@ -45,9 +46,6 @@ _PURPOSE_LINES = {
     "closing": "The call is ending: give a brief, warm close in one or two short sentences. "
                "No questions, no offers, no new information.",
 }
-_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December")
 
 
 def _json(value: Any) -> str:
@@ -70,19 +68,39 @@ def _guidance_template(checkpoint: Checkpoint) -> Any | None:
     return template
 
 
-def _spoken_value(spec_type: str | None, value: Any) -> str:
-    """A value as the Talker should read it: dates get their weekday, others as written."""
-    if spec_type == "date" and isinstance(value, str):
-        try:
-            day = date.fromisoformat(value)
-        except ValueError:
-            return value
-        return f"{_WEEKDAYS[day.weekday()]} {day.day} {_MONTHS[day.month - 1]} {day.year}"
+@lru_cache(maxsize=1024)
+def _spoken(kind: str, value: str, language: str) -> str:
+    """Spoken form of a stored date, time or phone (Babel; cached, values repeat every turn)."""
+    if kind == "date":
+        return str(spoken_date(value, language))
+    if kind == "time":
+        return str(spoken_time(value, language))
+    return str(spoken_digits(value))
+
+
+def _spoken_value(spec_type: str | None, value: Any, language: str, *,
+                  read_back: bool = False) -> str:
+    """A value as the Talker should say it: dates and times in words; phones digit by digit
+    when read back (the stored E.164 form elsewhere)."""
     if isinstance(value, str):
+        if spec_type in ("date", "time") or (read_back and spec_type == "phone"):
+            try:
+                return _spoken(spec_type, value, language)
+            except ValueError:
+                return value  # an unknown language: the stored form is still right
         return value
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (dict, list)):
+        return _json(value)
     return str(value)
+
+
+def _language(playbook: Playbook) -> str:
+    language = playbook.guidelines.language
+    if isinstance(language, list):
+        return language[0] if language else "en"
+    return language or "en"
 
 
 def _style(playbook: Playbook) -> str:
@@ -114,6 +132,7 @@ def _views(playbook: Playbook, scope: Mapping[str, Any],
 def _system_message(state: Any, playbook: Playbook, purpose: str,
                     scope: Mapping[str, Any], on_error: Callable[[str], None] | None) -> str:
     cp = playbook.checkpoint(state.checkpoint)
+    language = _language(playbook)
     blocks: list[str] = []
     persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."
     blocks.append(persona)
@@ -142,7 +161,8 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
                 needed.append(key)
             continue
         spec = playbook.slot_spec(key)
-        items.append(f"{key}: {_spoken_value(spec.type if spec else None, state.value(key))}")
+        items.append(f"{key}: " + _spoken_value(spec.type if spec else None, state.value(key),
+                                                  language, read_back=True))
     if needed:
         denied = getattr(state, "denied", ())
         blocks.append("Still needed: " + ", ".join(
@@ -169,7 +189,7 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
         known = []
         for key, slot in state.slots.items():
             spec = playbook.slot_spec(key)
-            line = f"- {key}: {_spoken_value(spec.type if spec else None, slot.value)}"
+            line = f"- {key}: {_spoken_value(spec.type if spec else None, slot.value, language)}"
             if slot.status == "provisional":
                 line += " (not yet confirmed)"
             known.append(line)

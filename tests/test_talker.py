@@ -35,9 +35,10 @@ DOC: dict[str, Any] = {
              "date": {"type": "date", "required": True},
              "time": {"type": "time", "required": True},
              "remark": {"type": "str"},
+             "phone": {"type": "phone"},
          },
          "advance_when": [{"when": "all given", "to": "booking.done",
-                           "requires": ["party_size", "date", "time"]}]},
+                           "requires": ["party_size", "date", "time", "phone"]}]},
         {"id": "done", "terminal": True, "outcome": "booked"},
     ]}},
 }
@@ -117,15 +118,18 @@ def test_env_never_reaches_the_talker_even_if_the_scope_carries_it() -> None:
     assert "Key: ." in system_of(request)  # the env reference rendered empty
 
 
-def test_read_back_items_use_spoken_dates_and_confirmed_values_are_not_marked() -> None:
+def test_read_back_items_use_spoken_forms_and_confirmed_values_are_not_marked() -> None:
     call = Call()
     call.emit(ev.SlotWrite(key="date", value="2026-12-01", status="provisional", by="director"))
     call.emit(ev.SlotWrite(key="party_size", value=4, status="confirmed", by="caller"))
+    call.emit(ev.SlotWrite(key="phone", value="+4930123456", status="provisional", by="director"))
     system = system_of(call.request())
-    assert ("Read back and confirm: date: Tuesday 1 December 2026. Read these back to the caller "
-            "in one sentence and ask whether they are right.") in system
+    assert ("Read back and confirm: date: Tuesday, December 1; phone: plus 4 9 3, 0 1 2, 3 4 5 "
+            "6. Read these back to the caller in one sentence and ask whether they are right."
+            ) in system
     assert "- party_size: 4\n" in system + "\n" and "- party_size: 4 (not" not in system
-    assert "- date: Tuesday 1 December 2026 (not yet confirmed)" in system
+    assert "- date: Tuesday, December 1 (not yet confirmed)" in system
+    assert "- phone: +4930123456 (not yet confirmed)" in system
 
 
 def test_every_queued_note_is_shown_oldest_first_with_repairs_labelled() -> None:
