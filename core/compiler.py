@@ -9,6 +9,7 @@ text that holds it, instead of a rule that silently never fires.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from .errors import Problem
 from .playbook import Playbook
 from .problems import hint_for, join_path
 
+_NAMED_READ = re.compile(r"\b(results|calls)\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
 _SLOT_READ = re.compile(r"\bslots\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
 
 
@@ -29,16 +31,34 @@ class _Compiler:
         self.pb = playbook
         self.declared = playbook.declared_slots()
         self.problems: list[Problem] = []
+        self.known = {
+            "results": {t.store_response_as for t in playbook.tools if t.store_response_as} | {"pipeline"},
+            "calls": {t.id for t in playbook.tools},
+        }
+
+    def check_names(self, text: str, path: str) -> None:
+        """Warn about ``results.x``/``calls.x`` no tool provides: optional chaining would make
+        such a read ``None`` forever, a typo that silently never fires."""
+        for match in _NAMED_READ.finditer(text):
+            space, name = match.group(1), match.group(2) or match.group(3)
+            if name not in self.known[space]:
+                what = "no tool stores" if space == "results" else "no tool has that id"
+                self.problems.append(Problem(
+                    path, f"reads {space}.{name}, but {what}",
+                    hint_for(name, self.known[space]) or f"known: {', '.join(sorted(self.known[space])) or 'none'}",
+                    "warning"))
 
     def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool) -> Any:
         context = self.expr.ExprContext(
             declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline, allow_env=allow_env
         )
         try:
-            return self.expr.compile_expr(text, context=context)
+            compiled = self.expr.compile_expr(text, context=context)
         except self.expr.ExprError as exc:
             self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
             return None
+        self.check_names(text, path)
+        return compiled
 
     def _expr_hint(self, text: str, exc: Exception) -> str | None:
         if "did you mean" in str(exc):
@@ -60,6 +80,7 @@ class _Compiler:
         except self.templates.TemplateError as exc:
             self.problems.append(Problem(path, f"invalid template: {exc}"))
             return None
+        self.check_names(source if isinstance(source, str) else json.dumps(source), path)
         roots = getattr(compiled, "roots", frozenset()) or frozenset()
         if speech and "env" in roots:
             self.problems.append(Problem(path, "speech templates cannot read env (env values never reach the caller)",

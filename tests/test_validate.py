@@ -385,3 +385,16 @@ def test_a_problem_does_not_hide_the_others_of_other_kinds() -> None:
     paths = {p.path for p in problems(doc)}
     assert paths == {"middleware.refresh_with", "journeys.visit.checkpoints[1].advance_when[0].when",
                      "journeys.visit.checkpoints[4].say_verbatim", "guidelines.timezone"}
+
+
+def test_reading_a_result_or_call_count_no_tool_provides_is_a_warning() -> None:
+    doc = base()
+    cps(doc)[2]["advance_when"][0].update(judge="expr", when="results.vist.ok or calls['craete'] > 0")
+    cps(doc)[2]["guidance"] = "{{ results.visit.data.ref }} {{ results.pipeline.ok }}"
+    warnings = Playbook.from_dict(doc).warnings
+    assert [(w.path, w.message, w.hint) for w in warnings] == [
+        ("journeys.visit.checkpoints[2].advance_when[0].when", "reads results.vist, but no tool stores",
+         "did you mean 'visit'?"),
+        ("journeys.visit.checkpoints[2].advance_when[0].when", "reads calls.craete, but no tool has that id",
+         "did you mean 'create'?"),
+    ]
