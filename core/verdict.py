@@ -238,16 +238,16 @@ def _apply_slots(app: _Application, verdict: dict[str, Any], value_ctx: ValueCon
         if span is not None:
             if not isinstance(span, str):
                 app.degraded(f"bad_field:spans.{key}")
-            else:
-                applied_spans[key] = span
+            elif heard and _normal_words(span) not in heard:
                 # Evidence, not a gate: a value without its words in the turn still lands.
-                if heard and _normal_words(span) not in heard:
-                    app.degraded(f"anchor_miss:{key}")
+                app.degraded(f"anchor_miss:{key}")
         emitted = app.emit_all(plan_write(app.state, app.playbook, key, value, by="director"))
         if any(isinstance(e, ev.SlotWrite) and e.key == key for e in emitted):
             changed.add(key)
         if not any(isinstance(e, ev.SlotRefused) and e.key == key for e in emitted):
             applied[key] = value
+            if isinstance(span, str):
+                applied_spans[key] = span
     return applied, applied_spans, changed
 
 

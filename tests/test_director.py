@@ -368,8 +368,8 @@ def test_a_value_that_does_not_fit_is_refused_with_a_worded_message() -> None:
 
 def test_authoritative_and_call_start_slots_are_refused() -> None:
     call = Call("booking.confirm")
-    _result, events = call.apply({"slots": {"held": "yes", "customer_id": "c-9", "name": "Ana"}},
-                                 "I'm Ana")
+    _result, events = call.apply({"slots": {"held": "yes", "customer_id": "c-9", "name": "Ana"},
+                                  "spans": {"held": "yes"}}, "yes, I'm Ana")
     refused = sorted(e.key for e in events if isinstance(e, ev.SlotRefused))
     assert refused == ["customer_id", "held"]
     assert set(call.state.slots) == {"name"}
