@@ -31,14 +31,14 @@ targets) and the coverage report: everything that did not map (empty when all di
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from pydantic import ValidationError
 
 from .errors import Problem
-from .flow_schema import ConversationFlow, FlowEdge, FlowNode, PropertySchema
+from .flow_schema import ConversationFlow, FlowEdge, FlowNode
+from .flow_text import FlowText, slot_spec
 from .problems import hint_for, join_path, problems_from_validation_error
 
 J = "main"
@@ -46,16 +46,6 @@ _SILENCE = re.compile(r"silence|no response|not respond", re.IGNORECASE)
 _GOODBYE = re.compile(r"\b(good\s?bye|bye|end (the|this) call|hang up)\b", re.IGNORECASE)
 _REFRESH = re.compile(r"\b401\b|token", re.IGNORECASE)
 _HANDLER = re.compile(r"\b(webhook|timer)\b(?:[\s.:_-]+([A-Za-z][A-Za-z0-9_]*))?", re.IGNORECASE)
-_GLOSS = re.compile(r"\s+(—|--)\s+.*$")
-_COND = [
-    (re.compile(r"^(\w+)\.success\s*(?:==|=|is)\s*(true|false)$", re.IGNORECASE), "bool"),
-    (re.compile(r"^not\s+(\w+)\.success$", re.IGNORECASE), "not"),
-    (re.compile(r"^(\w+)\.status\s*==\s*([1-5]\d\d)$"), "status"),
-]
-_TEMPLATE_VAR = re.compile(r"\{\{\s*([A-Za-z_]\w*)((?:\.\w+)*)([^}]*)\}\}")
-_ROOTS = {"slots", "results", "env", "call", "calls", "views"}
-_TYPES = {"integer": "int", "number": "float", "boolean": "bool", "array": "array", "object": "object"}
-_FORMATS = {"date": "date", "time": "time", "date-time": "datetime", "email": "email", "phone": "phone"}
 
 
 def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], list[str]]:
@@ -71,19 +61,6 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
     return compiler.compile(), [], compiler.coverage
 
 
-def _slot_spec(prop: PropertySchema) -> dict[str, Any]:
-    spec: dict[str, Any] = {"type": "str"}
-    if prop.enum:
-        spec = {"type": "enum", "values": list(prop.enum)}
-    elif prop.type in _TYPES:
-        spec["type"] = _TYPES[prop.type]
-    elif prop.format in _FORMATS:
-        spec["type"] = _FORMATS[prop.format]
-    if prop.description:
-        spec["description"] = prop.description
-    return spec
-
-
 class _FlowCompiler:
     def __init__(self, flow: ConversationFlow) -> None:
         self.flow = flow
@@ -94,8 +71,9 @@ class _FlowCompiler:
         for node in flow.nodes:
             for edge in node.edges:
                 for key, prop in (edge.input_schema.properties if edge.input_schema else {}).items():
-                    self.slots.setdefault(key, _slot_spec(prop))
+                    self.slots.setdefault(key, slot_spec(prop))
         self.coverage: list[str] = []
+        self.text = FlowText(set(flow.environment_variables), self.results, set(self.slots), self.coverage)
         self.used_actions: set[str] = set()
         self.pipelines: dict[str, dict[str, Any]] = {}
         self.synthetic: list[dict[str, Any]] = []
@@ -144,53 +122,6 @@ class _FlowCompiler:
 
     # --- templates and conditions ------------------------------------------------------
 
-    def template(self, text: str, where: str, *, speech: bool) -> str:
-        def replace(match: re.Match[str]) -> str:
-            root, rest, tail = match.group(1), match.group(2), match.group(3)
-            if root in _ROOTS:
-                return match.group(0)
-            if root in self.flow.environment_variables and root not in self.slots:
-                if speech:
-                    self.coverage.append(f"{where}: reads env value {root!r}; env never reaches speech, left out")
-                    return ""
-                qualified = f"env.{root}{rest}"
-            elif root in self.results:
-                qualified = f"results.{root}{rest.replace('.success', '.ok')}"
-            elif root in self.slots:
-                qualified = f"slots.{root}{rest}"
-            else:
-                self.coverage.append(f"{where}: unknown template variable {root!r}, left out")
-                return ""
-            return "{{ " + qualified + tail.rstrip() + " }}"
-
-        return _TEMPLATE_VAR.sub(replace, text)
-
-    def condition(self, text: str) -> tuple[str, str]:
-        """``(judge, when)``: an expr for the single-clause result forms, else llm prose."""
-        clause = _GLOSS.sub("", text.strip())
-        for pattern, form in _COND:
-            match = pattern.match(clause)
-            if match and match.group(1) in self.results:
-                name = match.group(1)
-                if form == "bool":
-                    truth = match.group(2).lower() == "true"
-                    return "expr", f"results.{name}.ok" if truth else f"results.{name}.ok == False"
-                if form == "not":
-                    return "expr", f"not results.{name}.ok"
-                return "expr", f"results.{name}.status == {match.group(2)}"
-        return "llm", text
-
-    def failure_key(self, text: str) -> str | None:
-        """``failed`` / ``http_NNN`` for a failure condition of a tool node's edge, else None."""
-        judge, when = self.condition(text)
-        if judge != "expr":
-            return None
-        if when.endswith("== False") or when.startswith("not "):
-            return "failed"
-        status = re.search(r"status == (\d+)$", when)
-        return f"http_{status.group(1)}" if status else None
-
-    # --- nodes and edges ---------------------------------------------------------------
 
     def rules_for(self, node: FlowNode, edges: list[FlowEdge], where: str, depth: int = 0) -> list[dict[str, Any]]:
         rules: list[dict[str, Any]] = []
@@ -202,7 +133,7 @@ class _FlowCompiler:
             if node.id in self.silent or (_SILENCE.search(edge.condition) and edge.target_node_id in self.silent):
                 continue  # covered by policies.silence
             target = self.nodes[edge.target_node_id]
-            judge, when = self.condition(edge.condition)
+            judge, when = self.text.condition(edge.condition)
             rule: dict[str, Any] = {"when": when, "judge": judge}
             if edge.id and depth == 0:
                 rule["id"] = edge.id  # the log then names the edge the author wrote
@@ -239,7 +170,7 @@ class _FlowCompiler:
             on: dict[str, Any] = {}
             next_node: FlowNode | None = None
             for out in node.edges:
-                key = self.failure_key(out.condition)
+                key = self.text.failure_key(out.condition)
                 target = self.nodes.get(out.target_node_id or "")
                 if key and target is not None and target.speaks:
                     on[key] = f"{J}.{target.id}"
@@ -290,9 +221,9 @@ class _FlowCompiler:
         if node.name:
             cp["goal"] = node.name
         if node.instruction:
-            cp["guidance"] = self.template(node.instruction, where, speech=True)
+            cp["guidance"] = self.text.template(node.instruction, where, speech=True)
         if node.static_text:
-            cp["say_verbatim"] = self.template(node.static_text, where, speech=True)
+            cp["say_verbatim"] = self.text.template(node.static_text, where, speech=True)
         slots = {k: self.slots[k] for e in node.edges for k in (e.input_schema.properties if e.input_schema else {})}
         if slots:
             cp["slots"] = slots
@@ -318,7 +249,7 @@ class _FlowCompiler:
 
     def compile(self) -> dict[str, Any]:
         flow = self.flow
-        tools = [self.tool(action) for action in flow.actions]
+        tools = [self.text.tool(action) for action in flow.actions]
         handlers, handler_nodes = self.handlers()
         middleware, refresh_nodes = None, set()
         interrupts = []
@@ -367,36 +298,6 @@ class _FlowCompiler:
         full.update({k: v for k, v in optional.items() if v})
         return full
 
-    def tool(self, action: Any) -> dict[str, Any]:
-        where = f"action {action.id!r}"
-        tool: dict[str, Any] = {"id": action.id, "method": action.method,
-                                "url": self.template(action.url, where, speech=False)}
-        if action.headers:
-            tool["headers"] = {k: self.template(v, where, speech=False) for k, v in action.headers.items()}
-        body = action.body_template
-        if isinstance(body, str):
-            try:
-                body = json.loads(body)
-            except json.JSONDecodeError:
-                self.coverage.append(f"{where}: body_template is not JSON with quoted templates; left out")
-                body = None
-        if body is not None:
-            tool["body"] = self._body(body, where)
-        for key in ("store_response_as", "env_updates", "slot_updates"):
-            if getattr(action, key):
-                tool[key] = getattr(action, key)
-        if action.timeout != 30.0:
-            tool["timeout"] = action.timeout
-        return tool
-
-    def _body(self, value: Any, where: str) -> Any:
-        if isinstance(value, str):
-            return self.template(value, where, speech=False)
-        if isinstance(value, dict):
-            return {k: self._body(v, where) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._body(v, where) for v in value]
-        return value
 
     def handlers(self) -> tuple[list[dict[str, Any]], set[str]]:
         handlers, nodes = [], set()
@@ -435,7 +336,7 @@ class _FlowCompiler:
                 then = f"{J}.{node.id}"
                 break
             used.add(node.id)
-            prompts.append(self.template(node.static_text or node.instruction or "", f"node {node.id!r}", speech=True))
+            prompts.append(self.text.template(node.static_text or node.instruction or "", f"node {node.id!r}", speech=True))
             nxt = [e.target_node_id for e in node.edges if _SILENCE.search(e.condition) and e.target_node_id]
             node = self.nodes.get(nxt[0]) if nxt else None
         for other in prompts_nodes:
