@@ -57,6 +57,18 @@ def _cache_for(playbook: Playbook) -> dict[Any, Any]:
 # --- schema --------------------------------------------------------------------------------
 
 
+def current_checkpoint(state: Any, playbook: Playbook) -> Checkpoint:
+    """The state's checkpoint, or a clear error when the state is not inside this playbook."""
+    ref = state.checkpoint
+    checkpoint = playbook.checkpoints.get(ref) if ref is not None else None
+    if checkpoint is None:
+        raise ValueError(
+            f"the conversation is at checkpoint {ref!r}, which this playbook does not have; "
+            "start the session (its init advance) or resume it with the playbook it was logged with"
+        )
+    return checkpoint
+
+
 def _value_schema(spec: SlotSpec) -> dict[str, Any]:
     """The JSON Schema of one slot's value as the Director must write it (ISO for dates)."""
     kind = spec.type
@@ -170,7 +182,7 @@ def verdict_schema(state: Any, playbook: Playbook) -> dict[str, Any]:
     key = ("schema", state.checkpoint, awaiting)
     schema = cache.get(key)
     if schema is None:
-        schema = _build_schema(playbook, playbook.checkpoint(state.checkpoint), awaiting)
+        schema = _build_schema(playbook, current_checkpoint(state, playbook), awaiting)
         cache[key] = schema
     return schema
 
@@ -380,6 +392,7 @@ def build_director_request(state: Any, playbook: Playbook, *, user_text: str,
     The transcript ends at the caller's utterance (``user_version`` when given, else the
     newest caller entry with ``user_text``); a reply already logged after it is left out.
     """
+    current_checkpoint(state, playbook)  # a clear error before anything is built
     awaiting = _awaiting(state)
     end = _turn_end(state, user_text, user_version)
     system = stable_prompt(playbook) + "\n\n" + _turn_block(state, playbook, awaiting, end)
@@ -399,6 +412,7 @@ __all__ = [
     "VerdictError",
     "apply_verdict",
     "build_director_request",
+    "current_checkpoint",
     "date_anchor",
     "director_slot_spec",
     "last_read_back",

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .director import date_anchor
+from .director import current_checkpoint, date_anchor
 from .models import TalkerRequest
 from .playbook import Checkpoint, Playbook
 from .slots import read_back_items
@@ -131,7 +131,7 @@ def _views(playbook: Playbook, scope: Mapping[str, Any],
 
 def _system_message(state: Any, playbook: Playbook, purpose: str,
                     scope: Mapping[str, Any], on_error: Callable[[str], None] | None) -> str:
-    cp = playbook.checkpoint(state.checkpoint)
+    cp = current_checkpoint(state, playbook)
     language = _language(playbook)
     blocks: list[str] = []
     persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."

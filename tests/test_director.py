@@ -461,3 +461,12 @@ def test_an_utterance_not_yet_logged_comes_last() -> None:
     request = build_director_request(call.state, call.playbook, user_text="six")
     assert request.messages[1]["content"].splitlines()[-2:] == [
         'assistant: "How many of you?"', 'caller: "six"']
+
+
+def test_a_state_outside_the_playbook_is_a_clear_error() -> None:
+    call = Call()
+    call.emit(ev.Advance(from_="booking.collect", to="booking.gone", rule_id="x", by="director"))
+    with pytest.raises(ValueError, match=r"'booking\.gone', which this playbook does not have"):
+        build_director_request(call.state, call.playbook, user_text="hi")
+    with pytest.raises(ValueError, match="does not have"):
+        verdict_schema(call.state, call.playbook)
