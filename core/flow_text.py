@@ -24,7 +24,9 @@ _ROOTS = {"slots", "results", "env", "call", "calls", "views"}
 _TYPES = {"integer": "int", "number": "float", "boolean": "bool", "array": "array", "object": "object"}
 _FORMATS = {"date": "date", "time": "time", "date-time": "datetime", "email": "email", "phone": "phone"}
 
+
 def slot_spec(prop: PropertySchema) -> dict[str, Any]:
+    """Our slot type for a JSON-schema property (enum, integer, date format...); optional."""
     spec: dict[str, Any] = {"type": "str"}
     if prop.enum:
         spec = {"type": "enum", "values": list(prop.enum)}
@@ -37,7 +39,6 @@ def slot_spec(prop: PropertySchema) -> dict[str, Any]:
     return spec
 
 
-
 class FlowText:
     """Rewrites the text of one flow; records what it could not map in ``coverage``."""
 
@@ -48,6 +49,8 @@ class FlowText:
         self.coverage = coverage
 
     def template(self, text: str, where: str, *, speech: bool) -> str:
+        """Qualify bare ``{{X}}`` names; ``speech`` drops env reads (env never reaches a caller)."""
+
         def replace(match: re.Match[str]) -> str:
             root, rest, tail = match.group(1), match.group(2), match.group(3)
             if root in _ROOTS:
@@ -96,6 +99,7 @@ class FlowText:
     # --- nodes and edges ---------------------------------------------------------------
 
     def tool(self, action: FlowAction) -> dict[str, Any]:
+        """The ToolSpec document of an action (1:1); a JSON-text body_template is parsed."""
         where = f"action {action.id!r}"
         tool: dict[str, Any] = {"id": action.id, "method": action.method,
                                 "url": self.template(action.url, where, speech=False)}
