@@ -33,7 +33,8 @@ _META_PATTERNS: tuple[str, ...] = (
     r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|"
     r"previous\s+|prior\s+|above\s+|earlier\s+|these\s+|those\s+)*(?:\w+\s+)?"
     r"(?:instructions?|rules?|prompts?|guidelines?|directions?|programming)\b",
-    r"\byou\s+are\s+now\b",
+    r"\byou\s+are\s+now\s+(?:a|an|my|the|in|acting|playing|going\s+to|called|named|"
+    r"free|unrestricted|allowed)\b",
     r"\bfrom\s+now\s+on\s+you\b",
     r"\bact\s+as\s+(?:a|an|my|the|if)\b",
     r"\bpretend\s+(?:that\s+)?(?:you|the|this|it|we|i)\b",

@@ -39,6 +39,7 @@ def test_meta_instructions_are_recognised(text: str) -> None:
     "all set, bye",
     "you are great",
     "the call quality is bad",
+    "so you are now fully booked?",
 ])
 def test_ordinary_speech_is_not_a_meta_instruction(text: str) -> None:
     assert not is_meta_instruction(text)
