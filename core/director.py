@@ -147,7 +147,7 @@ def _build_schema(playbook: Playbook, checkpoint: Checkpoint,
         slot_props[key] = _value_schema(spec)
     confirmable = sorted(k for k in awaiting if k in slot_props)
     key_list: dict[str, Any] = (
-        {"type": "array", "items": {"enum": confirmable}, "uniqueItems": True}
+        {"type": "array", "items": {"enum": confirmable}, "maxItems": len(confirmable)}
         if confirmable else {"type": "array", "maxItems": 0}
     )
     targets = llm_advance_targets(checkpoint)
