@@ -5,8 +5,10 @@ test never shares pooled connections across loops): pooling and keep-alive for e
 ``trust_env=False`` so proxy variables never reroute tool calls, ``follow_redirects=False`` so
 a redirect cannot lead past the SSRF guard.
 
-``send`` connects to the address the SSRF guard vetted (``VettedTarget.pinned_url``) and sends
-the original host as ``Host`` and TLS SNI. Bodies are counted while they stream (after
+``send`` connects to the address the SSRF guard vetted, never to a fresh DNS answer: the shared
+client's ``PinnedTransport`` connects a host name only to the address vetted for this request
+(and refuses any other connection); another client gets the URL rewritten to the address with
+the original ``Host`` header and TLS SNI. Bodies are counted while they stream (after
 content decoding, so a compressed bomb is caught too) and refused past ``MAX_RESPONSE_BYTES``.
 
 ``redact_url`` / ``redact_body`` / ``redact_text`` make the logged copy of a request: userinfo,
@@ -17,16 +19,20 @@ secret-looking query parameters and body keys become ``***`` and env values are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hashlib
 import itertools
 import json
 import re
+import ssl
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import httpcore
 import httpx
 
 from .ssrf import VettedTarget, parse_ip_literal
@@ -38,6 +44,76 @@ REDACTED = "***"
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
     weakref.WeakKeyDictionary()
 )
+# The addresses the SSRF guard vetted for the request being sent: (host, port) -> IP.
+_pins: contextvars.ContextVar[dict[tuple[str, int], str] | None] = contextvars.ContextVar(
+    "superdialog_tool_pins", default=None
+)
+
+
+_LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50, keepalive_expiry=30)
+
+
+class _PinningBackend(httpcore.AsyncNetworkBackend):
+    """Connects a host name to the address vetted for it, and to nothing else (fail closed)."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None,
+        local_address: str | None = None, socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        pins = _pins.get()
+        address = pins.get((host.lower(), port)) if pins else None
+        if address is None:
+            raise httpcore.ConnectError(
+                f"refusing to connect to {host}:{port}: the SSRF guard did not vet it "
+                "(send tool requests through superdialog_core.http.send)"
+            )
+        return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("tool requests never use unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class PinnedTransport(httpx.AsyncHTTPTransport):
+    """An httpx transport whose connections go only to addresses the SSRF guard vetted.
+
+    Requests keep their real host name, so the connection pool is keyed by name and TLS is
+    verified against the name (a connection verified for one host is never reused for another
+    host on the same address).
+    """
+
+    def __init__(
+        self, *, verify: ssl.SSLContext | bool = True,
+        limits: httpx.Limits = _LIMITS,
+    ) -> None:
+        super().__init__(verify=verify, trust_env=False, limits=limits)
+        if not hasattr(self, "_pool"):  # httpx internals moved: fail loudly, never unpinned
+            raise RuntimeError("httpx.AsyncHTTPTransport has no _pool; pin httpx to a tested version")
+        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(
+            verify=verify, trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_PinningBackend(),
+        )
+
+
+def pinned_http_client(*, verify: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
+    """A new tool client that connects only to vetted addresses (``trust_env=False``, no
+    redirects). ``shared_http_client()`` is one of these; build another for custom TLS trust."""
+    return httpx.AsyncClient(
+        transport=PinnedTransport(verify=verify), trust_env=False, follow_redirects=False,
+        timeout=httpx.Timeout(30.0),
+    )
 
 
 def shared_http_client() -> httpx.AsyncClient:
@@ -45,14 +121,28 @@ def shared_http_client() -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None or client.is_closed:
-        client = httpx.AsyncClient(
-            trust_env=False,
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50, keepalive_expiry=30),
-            timeout=httpx.Timeout(30.0),
-        )
+        client = pinned_http_client()
         _clients[loop] = client
     return client
+
+
+async def aclose_shared_http_client() -> None:
+    """Close this loop's shared client (on shutdown; the next call makes a new one)."""
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
+def _is_pinning(client: httpx.AsyncClient) -> bool:
+    return isinstance(getattr(client, "_transport", None), PinnedTransport)
+
+
+def _pin_keys(target: VettedTarget) -> dict[tuple[str, int], str]:
+    keys = {target.host}
+    # Not an IDN-encodable name: httpx refuses it before connecting anyway.
+    with contextlib.suppress(UnicodeError):
+        keys.add(target.host.encode("idna").decode("ascii").lower())
+    return {(key, target.port): target.address for key in keys}
 
 
 class ResponseTooLarge(Exception):
@@ -77,23 +167,36 @@ async def send(
     timeout: float,
     max_bytes: int = MAX_RESPONSE_BYTES,
 ) -> HttpReply:
-    """Send one request to the vetted address; raises httpx errors or ``ResponseTooLarge``."""
+    """Send one request to the vetted address; raises httpx errors or ``ResponseTooLarge``.
+
+    With a pinning client (``shared_http_client``/``pinned_http_client``) the request keeps
+    its URL and the transport connects to ``target.address``. Any other client (a test's, or
+    one the host application passes) gets the URL rewritten to the address, the original
+    ``Host`` header and, for https, the name as TLS SNI; such a client pools connections by
+    address, so prefer a pinning client for https in production.
+    """
     out_headers = {k: v for k, v in headers.items() if k.lower() != "host"}
-    out_headers["Host"] = target.host_header
     if body is not None and not any(k.lower() == "content-type" for k in out_headers):
         out_headers["Content-Type"] = "application/json"
     extensions: dict[str, Any] = {}
-    if target.scheme == "https" and _is_name(target.host):
-        extensions["sni_hostname"] = target.host  # certificate checked against the name
+    pinning = _is_pinning(client)
+    if pinning:
+        url = target.url
+    else:
+        url = target.pinned_url
+        out_headers["Host"] = target.host_header
+        if target.scheme == "https" and _is_name(target.host):
+            extensions["sni_hostname"] = target.host  # certificate checked against the name
     request = client.build_request(
-        method,
-        target.pinned_url,
-        headers=out_headers,
-        content=body,
-        timeout=httpx.Timeout(timeout),
+        method, url, headers=out_headers, content=body, timeout=httpx.Timeout(timeout),
         extensions=extensions,
     )
-    response = await client.send(request, stream=True)
+    token = _pins.set(_pin_keys(target)) if pinning else None
+    try:
+        response = await client.send(request, stream=True)
+    finally:
+        if token is not None:
+            _pins.reset(token)
     try:
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
@@ -228,12 +331,15 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "REDACTED",
     "HttpReply",
+    "PinnedTransport",
     "ResponseTooLarge",
+    "aclose_shared_http_client",
     "decode_body",
     "encode_json",
     "idempotency_key",
     "is_secret_key",
     "needs_idempotency_key",
+    "pinned_http_client",
     "redact_body",
     "redact_text",
     "redact_url",

@@ -74,6 +74,13 @@ class VettedTarget:
         return f"{self.scheme}://{auth}{addr}:{self.port}{self.path_qs}"
 
     @property
+    def url(self) -> str:
+        """The URL as written (normalised host, no fragment), for a pinning client."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        auth = f"{self.userinfo}@" if self.userinfo else ""
+        return f"{self.scheme}://{auth}{host}:{self.port}{self.path_qs}"
+
+    @property
     def host_header(self) -> str:
         """The ``Host`` header the server expects for the original URL."""
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -111,9 +112,12 @@ class LoopbackServer:
 
     Use it as a context manager (sync or async) or call ``start()``/``stop()``. Routes may be
     added or replaced at any time; ``requests`` lists every request received, in order.
+    With ``ssl_context`` (a server-side ``ssl.SSLContext`` holding a test certificate) it
+    serves HTTPS.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl_context = ssl_context  # serve HTTPS with this server-side context
         self._routes: dict[tuple[str, str], _Route] = {}
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -133,7 +137,8 @@ class LoopbackServer:
         """The absolute URL of ``path`` on this server."""
         if not self.port:
             raise RuntimeError("LoopbackServer is not started; use it as a context manager")
-        return f"http://127.0.0.1:{self.port}{path}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
 
     @property
     def base_url(self) -> str:
@@ -214,7 +219,7 @@ class LoopbackServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl_context)
         await site.start()
         server = site._server  # aiohttp exposes the bound port only through the server
         assert server is not None and server.sockets  # type: ignore[union-attr]

@@ -5,11 +5,16 @@ decisions are asserted on ``vet_url`` itself, and name resolution goes through a
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import ssl
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import httpx
 import pytest
 from loopback import LoopbackServer, Reply
+from superdialog_core.http import pinned_http_client, send
 from superdialog_core.ssrf import (
     HostUnresolved,
     UrlRefused,
@@ -171,3 +176,52 @@ async def test_allowed_loopback_host_is_reachable_through_the_pinned_address() -
             response = await client.get(target.pinned_url, headers={"Host": target.host_header})
         assert response.json() == {"pong": True}
         assert server.requests[0].header("host") == f"localhost:{server.port}"
+
+
+@pytest.fixture(scope="module")
+def clinic_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for api.clinic.test (made with the openssl command)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=api.clinic.test",
+         "-addext", "subjectAltName=DNS:api.clinic.test"],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_is_pinned_to_the_vetted_address_and_verified_against_the_name(
+    clinic_cert: tuple[Path, Path],
+) -> None:
+    cert, key = clinic_cert
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    resolver = fake_resolver({"api.clinic.test": ["127.0.0.1"], "evil.test": ["127.0.0.1"]})
+    allow = ["api.clinic.test", "evil.test"]
+    async with LoopbackServer(ssl_context=server_ctx) as server:
+        server.route("GET", "/slots", Reply(json={"free": 2}))
+        good = await vet_url(f"https://api.clinic.test:{server.port}/slots", allow, resolver=resolver)
+        other = await vet_url(f"https://evil.test:{server.port}/slots", allow, resolver=resolver)
+        assert good.pinned_url == f"https://127.0.0.1:{server.port}/slots"
+
+        async with pinned_http_client(verify=client_ctx) as client:
+            reply = await send(client, "GET", good, headers={}, body=None, timeout=5)
+            assert (reply.status, reply.data) == (200, {"free": 2})
+            # Same address, another name: a new connection, verified against that name (the
+            # certificate does not cover it), not the pooled one verified for api.clinic.test.
+            with pytest.raises(httpx.ConnectError, match="certificate"):
+                await send(client, "GET", other, headers={}, body=None, timeout=5)
+            # The transport refuses any new connection the guard did not vet.
+            with pytest.raises(httpx.ConnectError, match="did not vet"):
+                await client.get(f"https://127.0.0.1:{server.port}/slots")
+
+        # A client that is not pinning gets the rewritten URL plus Host and SNI.
+        async with httpx.AsyncClient(verify=client_ctx, trust_env=False) as plain:
+            reply = await send(plain, "GET", good, headers={}, body=None, timeout=5)
+            assert reply.status == 200
+        assert [r.header("host") for r in server.requests] == [f"api.clinic.test:{server.port}"] * 2
