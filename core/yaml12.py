@@ -130,8 +130,18 @@ class Yaml12Dumper(yaml.SafeDumper):
         return tag
 
 
+_ODD_BREAKS = frozenset("\r\x85\u2028\u2029")
+
+
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> ScalarNode:
-    style = "|" if "\n" in value and not any(c in value for c in "\r\t") else None
+    # YAML folds the Unicode line breaks (NEL, LS, PS) and CR into plain newlines unless they
+    # are escaped, so such strings are double-quoted; other multi-line text reads best as a block.
+    if any(c in _ODD_BREAKS for c in value):
+        style: str | None = '"'
+    elif "\n" in value and "\t" not in value:
+        style = "|"
+    else:
+        style = None
     return dumper.represent_scalar(_STR, value, style=style)
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from superdialog_core import Playbook, PlaybookError
 from superdialog_core.loader import detect_format, load_document, load_text
 from superdialog_core.yaml12 import dump_yaml_text, load_yaml
@@ -204,3 +206,22 @@ def test_load_text_sniffs_json() -> None:
     doc = {"journeys": {"main": {"checkpoints": [{"id": "only", "terminal": True}]}}}
     assert load_text(json.dumps(doc)).initial_ref == "main.only"
     assert load_document(doc).initial_ref == "main.only"
+
+
+TRICKY = ["no", "yes", "on", "off", "~", "null", "10:30", "0o17", "017", "1e3", ".inf", "2026-12-01",
+          "- x", "a: b", "# c", "'q'", '"d"', "  lead", "trail  ", "x\ny\n", "\tt", "é ü 漢", "!tag", "&a", "*b",
+          "{x}", "[y]", "", " ", "%p", "@at", "`tick`", "|", ">", "True", "FALSE"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=20)), min_size=3, max_size=3))
+def test_round_trip_keeps_any_string(values: list[str]) -> None:
+    goal, persona, description = values
+    doc = {"persona": persona, "journeys": {"main": {"checkpoints": [
+        {"id": "only", "goal": goal, "terminal": True, "slots": {"x": {"description": description}}}]}}}
+    playbook = Playbook.from_dict(doc)
+    text = playbook.to_yaml()
+    again = Playbook.from_yaml(text)
+    assert again == playbook
+    assert again.checkpoint("main.only").goal == goal
+    assert yaml.safe_load(text)["journeys"]["main"]["checkpoints"][0].get("goal", "") == goal
