@@ -193,7 +193,8 @@ async def send(
     )
     token = _pins.set(_pin_keys(target)) if pinning else None
     try:
-        response = await client.send(request, stream=True)
+        # Never follow a redirect, whatever the client says: it would lead past the guard.
+        response = await client.send(request, stream=True, follow_redirects=False)
     finally:
         if token is not None:
             _pins.reset(token)

@@ -611,3 +611,16 @@ def test_logged_urls_hide_userinfo_secret_params_and_env_values() -> None:
     assert redact_url("https://bob:pw@api.example.com/v1?token=abc&day=mon#f", env) == (
         "https://***@api.example.com/v1?token=***&day=mon")
     assert redact_url("https://api.example.com/v1?q=x", env) == "<env.API_BASE>/v1?q=x"
+
+
+async def test_redirects_are_never_followed_even_by_a_client_that_would(server) -> None:
+    # The target is loopback so that even a regression never leaves the machine.
+    server.route("GET", "/moved", Reply(302, headers={"Location": server.url("/internal")}))
+    server.route("GET", "/internal", Reply(200, json={"secret": "x"}))
+    playbook = booking_playbook(tools=[{"id": "moved", "url": "{{ env.API_BASE }}/moved"}])
+    call = Call(playbook)
+    async with httpx.AsyncClient(follow_redirects=True, trust_env=False) as client:
+        result = await runner_for(playbook, server, http_client=client).run_tool(
+            "moved", state=call.state, emit=call.emit)
+    assert result is not None and (result.ok, result.status, result.error) == (False, 302, "HTTP 302")
+    assert len(server.requests) == 1
