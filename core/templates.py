@@ -15,9 +15,12 @@ In every environment attribute access on a dict reads the key (``data.items`` is
 
 from __future__ import annotations
 
+import math
 import re
 import types
 from collections.abc import Callable, Mapping
+from datetime import date, time
+from decimal import Decimal
 from typing import Any
 
 from jinja2 import ChainableUndefined, StrictUndefined, TemplateSyntaxError, Undefined, nodes
@@ -106,21 +109,33 @@ class _Environment(ImmutableSandboxedEnvironment):
         return value
 
 
+# What a template may print: data and dates. A function, class or template internal (``{{
+# ''.format }}``, ``{{ range }}``, ``{{ self }}``) would print its repr, e.g. "<function ...>".
+_PRINTABLE = (str, int, float, list, tuple, Mapping, date, time, Decimal, Undefined)
+
+
+def _finalize(value: Any) -> Any:
+    if value is None:
+        return ""  # a voice never says "None"; null in a URL is refused before it gets here
+    if isinstance(value, _PRINTABLE):
+        return value
+    raise TypeError(f"a {type(value).__name__} is not a value to print")
+
+
 def _make_env(undefined: type[Undefined], *, none_is_missing: bool) -> _Environment:
-    env = _Environment(undefined=undefined, autoescape=False, keep_trailing_newline=True)
+    env = _Environment(
+        undefined=undefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize
+    )
     env.none_is_missing = none_is_missing
+    for name in ("lipsum", "cycler", "joiner"):  # nothing a voice or a tool call needs
+        del env.globals[name]
     env.filters.update(
         spoken_date=spoken_date, spoken_time=spoken_time, spoken_digits=spoken_digits
     )
     return env
 
 
-def _speech_finalize(value: Any) -> Any:
-    return "" if value is None else value  # a voice never says "None"
-
-
 _SPEECH_ENV = _make_env(ChainableUndefined, none_is_missing=True)
-_SPEECH_ENV.finalize = _speech_finalize
 _TEXT_ENV = _make_env(_RecordingUndefined, none_is_missing=True)  # urls, headers, text leaves
 _VALUE_ENV = _make_env(_RecordingUndefined, none_is_missing=False)  # typed body leaves: null stays
 
@@ -352,9 +367,10 @@ _TYPED = re.compile(r"\A\s*\{\{[-+]?(?P<expr>.*?)[-+]?\}\}\s*\Z", re.DOTALL)
 class _TypedLeaf:
     """A body leaf that is exactly ``{{ expr }}``: renders to the value itself (an int stays an int)."""
 
-    __slots__ = ("_expression", "_paths", "roots", "slot_refs")
+    __slots__ = ("_expression", "_paths", "_text", "roots", "slot_refs")
 
     def __init__(self, text: str, inner: str) -> None:
+        self._text = inner.strip()  # named in a refusal without the braces
         tree = _parse(_VALUE_ENV, text, "tool body")
         try:
             self._expression = _VALUE_ENV.compile_expression(inner, undefined_to_none=False)
@@ -370,13 +386,25 @@ class _TypedLeaf:
         except Exception as exc:
             raise TemplateRefusal(f"template failed: {type(exc).__name__}: {exc}") from None
         if isinstance(value, Undefined):
-            root, _ = _locate(value, self._paths, scope)
-            if root == "slots":
+            if value._undefined_obj is scope.get("slots"):
                 return None  # an unset optional slot is sent as null
-            raise TemplateRefusal(_refusal(value, self._paths, scope))
-        if isinstance(value, types.GeneratorType):  # `| map(...)`, `| select(...)`
-            return list(value)
+            raise TemplateRefusal(_refusal(value, self._paths, scope))  # a path inside a value
+        return _json_copy(value, self._text)
+
+
+def _json_copy(value: Any, text: str) -> Any:
+    """A fresh JSON-native copy of a leaf's value (the state's data is never handed out)."""
+    if value is None or isinstance(value, str | bool | int):
         return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+    elif isinstance(value, Mapping):
+        if all(isinstance(k, str) for k in value):
+            return {k: _json_copy(v, text) for k, v in value.items()}
+    elif isinstance(value, list | tuple | types.GeneratorType):  # `| map(...)`, `| select(...)`
+        return [_json_copy(v, text) for v in value]
+    raise TemplateRefusal(f"{text} gives a {type(value).__name__}, not a JSON value")
 
 
 _Build = Callable[[Mapping[str, Any]], Any]

@@ -335,3 +335,44 @@ def test_random_tool_templates_only_refuse(source: str) -> None:
         assert refusal.message  # a refusal always says why
         return
     assert isinstance(rendered, str)
+
+
+# --- hardening (H10) -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "source", ["{{ lipsum }}", "{{ cycler }}", "{{ ''.format }}", "{{ self }}", "{{ range }}"]
+)
+def test_speech_never_speaks_a_function_or_template_internal(source: str) -> None:
+    text, _ = compile_speech(f"[{source}]").render(SCOPE)
+    assert text == "[]"
+
+
+@pytest.mark.parametrize("source", ["{{ lipsum }}", "{{ ''.format }}", "{{ self }}"])
+def test_tool_text_refuses_a_function_instead_of_sending_its_repr(source: str) -> None:
+    with pytest.raises(TemplateRefusal):
+        compile_tool_text(f"https://api.example.com/{source}").render(SCOPE)
+
+
+def test_body_typed_leaf_refuses_a_function() -> None:
+    with pytest.raises(TemplateRefusal, match=r"''\.format gives a function, not a JSON value"):
+        compile_tool_body({"x": "{{ ''.format }}"}).render(SCOPE)
+
+
+def test_body_missing_key_inside_a_set_slot_refuses_rather_than_null() -> None:
+    scope = {**SCOPE, "slots": {"prefs": {"seat": "window"}}}
+    body = compile_tool_body({"seat": "{{ slots.prefs.seat }}", "x": "{{ slots.prefs.nope }}"})
+    with pytest.raises(TemplateRefusal, match=r"slots\.prefs\.nope is missing"):
+        body.render(scope)
+    assert compile_tool_body({"p": "{{ slots.other }}"}).render(scope) == {"p": None}
+
+
+def test_body_typed_leaf_hands_out_a_copy_not_the_state() -> None:
+    scope = {"results": {"r": {"data": {"items": [{"t": "19:00"}]}}}}
+    sent = compile_tool_body({"items": "{{ results.r.data.items }}"}).render(scope)
+    sent["items"][0]["t"] = "changed"
+    sent["items"].append("more")
+    assert scope["results"]["r"]["data"]["items"] == [{"t": "19:00"}]
+
+
+def test_body_typed_leaf_turns_tuples_and_generators_into_lists() -> None:
+    body = compile_tool_body({"t": "{{ (1, 2) }}", "g": "{{ [3, 4] | map('string') }}"})
+    assert body.render({}) == {"t": [1, 2], "g": ["3", "4"]}
