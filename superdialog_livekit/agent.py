@@ -83,7 +83,7 @@ class DialogAgent(Agent):
             self.dialog.on_ended.remove(self._after_terminal)
 
     def _call(self) -> dict[str, Any]:
-        return dict(self.dialog.runtime.state.call or {})
+        return self.dialog.call_values
 
     def _speaks_first(self) -> bool:
         if self._speak_first is not None:

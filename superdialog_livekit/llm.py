@@ -118,6 +118,9 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._runtime: Any = None
         self._resumed = False
         self._opened = False  # the opening ran (or the call started silently, or resumed)
+        # Set while the opening streams: a turn that arrives meanwhile waits for it, so the
+        # runtime never sees a turn before its start has finished (and replies stay in order).
+        self._opening_done: asyncio.Event | None = None
         self._ledger = ChatLedger()
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
@@ -182,11 +185,17 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         loaded = store.load(rt.session_id)
         if inspect.isawaitable(loaded):
             loaded = await loaded
-        if loaded is not None and len(loaded) > 0:
-            self._opened = True
+        if loaded is not None and len(loaded) > 0 and not self._opened:
             self._resumed = True
-            await rt.start(speak=False)  # adopts the stored log; says nothing
+            await self._start_silently()  # adopts the stored log; says nothing
         return self._resumed
+
+    @property
+    def call_values(self) -> dict[str, Any]:
+        """The call.* values: as configured until the call starts, then as logged."""
+        if self._runtime is not None and self._runtime.state.call:
+            return dict(self._runtime.state.call)
+        return dict(self._call)
 
     @property
     def started(self) -> bool:
@@ -211,8 +220,15 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
     async def start_silently(self) -> None:
         """Start without speaking (an outbound call waits for the callee's first words)."""
         if not self._opened:
-            self._opened = True
+            await self._start_silently()
+
+    async def _start_silently(self) -> None:
+        self._opened = True
+        done = self._opening_done = asyncio.Event()
+        try:
             await self.runtime.start(speak=False)
+        finally:
+            done.set()
 
     # -- LiveKit LLM interface ------------------------------------------------------------------
 
@@ -339,9 +355,12 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         kind, texts = plan
         rt = self.runtime
         if kind == "opening":
+            self._opening_done = asyncio.Event()
             return rt.stream_start()
         if kind == "none":
             return None
+        if self._opening_done is not None:
+            await self._opening_done.wait()
         # A first user turn before any opening (outbound call, or the caller spoke first):
         # the runtime starts silently by itself.
         self._opened = True
@@ -400,6 +419,8 @@ class DialogStream(llm.LLMStream):
             current_usage.reset(token)
             if source is not None:
                 await source.aclose()
+            if plan[0] == "opening" and owner._opening_done is not None:
+                owner._opening_done.set()
             delivery.closed = True
             owner.attach_utterances(delivery, after)
             owner.track_speech(delivery, handle, after)

@@ -1,0 +1,256 @@
+"""DialogMachineLLM and DialogAgent in a real AgentSession (text mode, no server).
+
+Barge-in, regeneration, two user messages at once, greeting on enter, outbound calls,
+silence, resume from a JsonlStore log, and the stream's LiveKit contract (chunks, usage,
+no retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from livekit.agents import AgentSession, ModelSettings, llm
+from superdialog_core import JsonlStore, Playbook
+from superdialog_core.events import External, SpeechCorrection, Utterance
+
+from superdialog_livekit import DialogAgent, DialogMachineLLM
+from tests.livekit_scripted import DirectorLLM, TalkerLLM
+
+PLAYBOOK = """
+policies:
+  silence:
+    max_prompts: 1
+    prompts: ["Are you still there?"]
+    then: main.gone
+journeys:
+  main:
+    checkpoints:
+      - id: ask
+        say_verbatim: "Welcome! How many are you?"
+        slots:
+          party_size: {type: int, required: true}
+        advance_when:
+          - {id: got, when: "slots.party_size", judge: expr, to: main.confirm}
+      - id: confirm
+        goal: "The caller confirms the party size"
+        advance_when:
+          - {id: yes, when: "the caller confirms", judge: llm, to: main.done}
+      - id: done
+        say_verbatim: "Booked for {{ slots.party_size }}. Goodbye!"
+        terminal: true
+        outcome: booked
+      - id: gone
+        say_verbatim: "Goodbye."
+        terminal: true
+        outcome: no_answer
+"""
+
+
+@pytest.fixture
+def playbook() -> Playbook:
+    return Playbook.from_yaml(PLAYBOOK)
+
+
+def _session(dialog: DialogMachineLLM, **kwargs: Any) -> AgentSession:
+    return AgentSession(llm=dialog, vad=None, turn_handling={"turn_detection": None}, **kwargs)
+
+
+def _messages(session: AgentSession) -> list[tuple[str, str]]:
+    return [(i.role, i.text_content or "") for i in session.history.items if i.type == "message"]
+
+
+async def _until(predicate: Any, timeout: float = 3.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+class SlowPlayoutAgent(DialogAgent):
+    """Forwards the transcript slowly, like TTS playout lagging behind the LLM."""
+
+    async def transcription_node(self, text: AsyncIterable[str], model_settings: ModelSettings
+                                 ) -> AsyncIterable[str]:
+        async for piece in text:
+            await asyncio.sleep(0.12)
+            yield piece
+
+
+async def test_greeting_on_enter_and_the_stream_contract(playbook: Playbook) -> None:
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Great."]), director=DirectorLLM([]))
+    metrics: list[Any] = []
+    dialog.on("metrics_collected", metrics.append)
+    async with _session(dialog) as session:
+        await session.start(DialogAgent(dialog, on_end="none"))
+        await _until(lambda: _messages(session))
+        assert _messages(session) == [("assistant", "Welcome! How many are you?")]
+    assert metrics and metrics[0].ttft >= 0 and not metrics[0].cancelled
+    assert metrics[0].metadata.model_provider == "superdialog"
+
+
+async def test_barge_in_logs_heard_text_applies_the_decision_and_the_call_goes_on(
+    playbook: Playbook,
+) -> None:
+    talker = TalkerLLM(["one two three four five six seven eight nine ten eleven twelve",
+                        "Is that right?", "Anything else?"], delay=0.03)
+    director = DirectorLLM([{"slots": {"party_size": 4}}, {"advance": "main.done"}])
+    dialog = DialogMachineLLM(playbook, talker=talker, director=director)
+    async with _session(dialog) as session:
+        await session.start(SlowPlayoutAgent(dialog, on_end="none"))
+        await _until(lambda: len(_messages(session)) == 1)
+        run = asyncio.ensure_future(session.run(user_input="four of us"))
+        await asyncio.sleep(0.45)
+        await session.interrupt()
+        result = await run
+        message = result.events[0].item
+        assert message.interrupted is True
+        heard = message.text_content.strip()
+        assert heard and heard.startswith("one") and "twelve" not in heard
+        assert talker.cancelled == 1  # the Talker stream itself was stopped
+
+        rt = dialog.runtime
+        await rt.wait_idle()
+        assert rt.state.slots["party_size"].value == 4  # the Director's decision still applied
+        assert rt.state.checkpoint == "main.confirm"
+        spoken = next(e for e in rt.log if isinstance(e, Utterance) and e.kind == "talker")
+        correction = next(e for e in rt.log if isinstance(e, SpeechCorrection))
+        assert correction.utterance_version == spoken.version
+        assert correction.heard_text == heard
+        assert len(spoken.text) > len(heard)  # more was generated than the caller heard
+
+        result = await session.run(user_input="yes")
+        result.expect.next_event().is_message(role="assistant")
+        assert result.events[0].item.interrupted is False
+        assert "Booked for 4. Goodbye!" in result.events[0].item.text_content
+
+
+async def _collect(dialog: DialogMachineLLM, ctx: llm.ChatContext) -> str:
+    async with dialog.chat(chat_ctx=ctx.copy()) as stream:
+        return (await stream.collect()).text
+
+
+async def test_regeneration_with_the_same_context_logs_nothing_twice(playbook: Playbook) -> None:
+    director = DirectorLLM([{"slots": {"party_size": 2}}, {"slots": {"party_size": 9}}])
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Fine.", "Two, right?"]), director=director)
+    ctx = llm.ChatContext.empty()
+    opening = await _collect(dialog, ctx)
+    assert opening == "Welcome! How many are you?"
+    ctx.add_message(role="assistant", content=opening)
+    ctx.add_message(role="user", content="two of us")
+    first = await _collect(dialog, ctx)
+    assert first == "Fine. Two, right?"
+    again = await _collect(dialog, ctx)  # LiveKit regenerates with the same context
+    assert again == ""
+    rt = dialog.runtime
+    await rt.wait_idle()
+    users = [e for e in rt.log if isinstance(e, Utterance) and e.role == "user"]
+    assert [u.text for u in users] == ["two of us"]
+    assert len(director.contexts) == 1
+    assert rt.state.slots["party_size"].value == 2
+
+
+async def test_two_user_messages_in_a_row_run_as_consecutive_turns(playbook: Playbook) -> None:
+    director = DirectorLLM([{}, {"slots": {"party_size": 5}}])
+    talker = TalkerLLM(["Sorry?", "Five, got it.", "Shall I book it?"])
+    dialog = DialogMachineLLM(playbook, talker=talker, director=director)
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="assistant", content=await _collect(dialog, ctx))
+    ctx.add_message(role="user", content="hmm")
+    ctx.add_message(role="user", content="five people")
+    reply = await _collect(dialog, ctx)
+    assert reply == "Five, got it. Shall I book it?"
+    rt = dialog.runtime
+    await rt.wait_idle()
+    users = [e for e in rt.log if isinstance(e, Utterance) and e.role == "user"]
+    assert [u.text for u in users] == ["hmm", "five people"]
+    assert len(director.contexts) == 2  # the Director decided on each, in order
+    unheard = next(e for e in rt.log if isinstance(e, Utterance) and e.text == "Sorry?")
+    correction = next(e for e in rt.log if isinstance(e, SpeechCorrection))
+    assert (correction.utterance_version, correction.heard_text) == (unheard.version, "")
+    assert rt.state.slots["party_size"].value == 5
+
+
+async def test_outbound_phone_call_waits_for_the_callee(playbook: Playbook) -> None:
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Hello, this is the restaurant."]),
+                              director=DirectorLLM([{}]),
+                              call={"channel": "phone", "direction": "outbound",
+                                    "called_number": "+4915112345678"})
+    async with _session(dialog) as session:
+        agent = DialogAgent(dialog, on_end="none")
+        await session.start(agent)
+        await asyncio.sleep(0.2)
+        assert _messages(session) == []  # nothing said before the callee speaks
+        result = await session.run(user_input="Hello?")
+        result.expect.next_event().is_message(role="assistant")
+        assert agent.end_mode() == "none"
+        assert DialogAgent(dialog).end_mode() == "delete_room"  # the default on phone calls
+    assert dialog.runtime.state.call["called_number"] == "+4915112345678"
+    users = [e.text for e in dialog.runtime.log if isinstance(e, Utterance) and e.role == "user"]
+    assert users == ["Hello?"]
+
+
+async def test_silence_prompts_then_routes_and_ends_the_session(playbook: Playbook) -> None:
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["x"]), director=DirectorLLM([]))
+    session = _session(dialog, user_away_timeout=0.25)
+    closed = asyncio.get_running_loop().create_future()
+    session.on("close", lambda ev: closed.done() or closed.set_result(ev))
+    await session.start(DialogAgent(dialog))
+    try:
+        await asyncio.wait_for(closed, 5.0)
+    finally:
+        await session.aclose()
+    assert [t for r, t in _messages(session) if r == "assistant"] == [
+        "Welcome! How many are you?", "Are you still there?", "Goodbye."]
+    rt = dialog.runtime
+    assert [e.kind for e in rt.log if isinstance(e, External)] == ["silence", "silence"]
+    assert rt.state.outcome == "no_answer"
+    prompts = [e for e in rt.log if isinstance(e, Utterance) and e.text == "Are you still there?"]
+    assert len(prompts) == 1  # logged once by the runtime, recognised when it came back
+
+
+async def test_resume_from_a_jsonl_log_does_not_replay_the_opening(
+    playbook: Playbook, tmp_path: Path
+) -> None:
+    first = DialogMachineLLM(playbook, talker=TalkerLLM(["Got it."]),
+                             director=DirectorLLM([{"slots": {"party_size": 3}}]),
+                             store=JsonlStore(tmp_path), session_id="call-7")
+    async with _session(first) as session:
+        await session.start(DialogAgent(first, on_end="none"))
+        await session.run(user_input="three")
+        await first.runtime.wait_idle()
+    stored = len(first.runtime.log)
+
+    second = DialogMachineLLM(playbook, talker=TalkerLLM(["Lovely."]),
+                              director=DirectorLLM([{"advance": "main.done"}]),
+                              store=JsonlStore(tmp_path), session_id="call-7")
+    async with _session(second) as session:
+        await session.start(DialogAgent(second, on_end="none"))
+        await asyncio.sleep(0.2)
+        assert _messages(session) == []  # no opening on a resumed call
+        assert second.resumed and second.session_id == "call-7"
+        assert second.runtime.state.slots["party_size"].value == 3
+        result = await session.run(user_input="yes please")
+        assert "Booked for 3. Goodbye!" in result.events[0].item.text_content
+    log = second.runtime.log
+    assert log[stored].version == stored + 1  # the resumed call continues the stored log
+    assert sum(1 for e in log if isinstance(e, Utterance) and e.text.startswith("Welcome")) == 1
+
+
+def test_call_values_are_settable_only_before_the_first_turn(playbook: Playbook) -> None:
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["x"]), director=DirectorLLM([]))
+    dialog.set_call({"channel": "phone", "direction": "inbound", "calling_number": "+4915112345678"})
+    assert dialog.call_values["calling_number"] == "+4915112345678"
+    assert dialog.runtime.session_id  # building the runtime freezes the call values
+    with pytest.raises(RuntimeError, match="before the first turn"):
+        dialog.set_call({"channel": "web"})
+
+
+async def test_call_values_reach_the_session_start_event(playbook: Playbook) -> None:
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["x"]), director=DirectorLLM([]))
+    dialog.set_call({"channel": "phone", "direction": "inbound", "calling_number": "+4915112345678"})
+    await _collect(dialog, llm.ChatContext.empty())
+    assert dialog.call_values["calling_number"] == "+4915112345678"
+    assert dialog.runtime.log[0].call["channel"] == "phone"
