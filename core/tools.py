@@ -284,6 +284,10 @@ class ToolRunner:
         except HostUnresolved as exc:
             emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
             return finish(False, error=str(exc))
+        try:
+            payload = wire.encode_json(body) if body is not None else None
+        except (TypeError, ValueError) as exc:
+            return finish(False, error=f"{REFUSED}the body is not JSON data ({exc})")
         if wire.needs_idempotency_key(method, headers):
             headers["Idempotency-Key"] = wire.idempotency_key(spec.id, method, url, body)
         emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
@@ -292,7 +296,7 @@ class ToolRunner:
         try:
             reply = await asyncio.wait_for(wire.send(
                 client, method, target, headers=headers,
-                body=wire.encode_json(body) if body is not None else None,
+                body=payload,
                 timeout=timeout, max_bytes=self._max_bytes,
             ), timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):

@@ -585,12 +585,12 @@ async def test_slow_async_python_tool_times_out_and_odd_data_fails_clearly() -> 
     def odd(args: dict[str, Any]) -> Any:
         return {1: float("inf"), "when": object}  # keys become strings, a class becomes its str
 
-    playbook = booking_playbook(tools=[{"id": "slow", "type": "python", "timeout": 0.1},
+    playbook = booking_playbook(tools=[{"id": "slow", "type": "python", "timeout": 0},
                                        {"id": "odd", "type": "python"}])
     call = Call(playbook)
     runner = ToolRunner(playbook, env={}, python_tools={"slow": slow, "odd": odd})
     result = await runner.run_tool("slow", state=call.state, emit=call.emit)
-    assert result is not None and result.error == "timeout after 0.1 s"
+    assert result is not None and result.error == "timeout after 0.1 s"  # clamped up from 0
     result = await runner.run_tool("odd", state=call.state, emit=call.emit)
     assert result is not None and result.ok
     assert result.data == {"1": float("inf"), "when": str(object)}
