@@ -79,7 +79,7 @@ class SimpleDoc(_Simple):
 
     name: str = ""
     goal: str = ""
-    persona: SimplePersona = Field(default_factory=SimplePersona)
+    persona: SimplePersona | str = Field(default_factory=SimplePersona)  # a string: the identity
     opening: str = ""
     closing: str = ""
     playbook: list[SimpleStep] = Field(min_length=1)
@@ -133,7 +133,8 @@ def lower_simple(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     interrupts = [_lower_interrupt(index, item, step_ids, problems) for index, item in enumerate(simple.interrupts)]
     if interrupts:
         full["interrupts"] = interrupts
-    guidelines: dict[str, Any] = {"language": simple.persona.language}
+    language = simple.persona.language if isinstance(simple.persona, SimplePersona) else "en"
+    guidelines: dict[str, Any] = {"language": language}
     for key in _GUIDELINE_KEYS:
         if getattr(simple, key) is not None:
             guidelines[key] = getattr(simple, key)
@@ -279,7 +280,7 @@ def _yaml_block(data: Any) -> str:
 
 def persona_prose(simple: SimpleDoc) -> str:
     """The persona text superdialog builds from the simple format's persona, facts and lists."""
-    persona = simple.persona
+    persona = simple.persona if isinstance(simple.persona, SimplePersona) else SimplePersona(identity=simple.persona)
     blocks: list[str] = []
     if persona.identity:
         blocks.append(persona.identity.strip())

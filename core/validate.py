@@ -297,10 +297,11 @@ def _graph_warnings(playbook: Playbook) -> list[Problem]:
         seen.add(ref)
         queue.extend(t for t in exits(playbook, playbook.checkpoints[ref]) if t in playbook.checkpoints)
     problems: list[Problem] = []
+    known_start = playbook.initial_ref in playbook.checkpoints  # else "unknown initial" says it all
     for path, ref, cp in iter_checkpoints(playbook):
         if playbook.checkpoints.get(ref) is not cp:
             continue  # a duplicate id, already an error
-        if ref not in seen:
+        if known_start and ref not in seen:
             problems.append(Problem(
                 path, f"checkpoint {ref!r} cannot be reached from {playbook.initial_ref!r}",
                 "add a rule, interrupt or pipeline outcome that leads to it, or remove it", "warning"))

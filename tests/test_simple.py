@@ -194,3 +194,12 @@ def test_yaml11_lookalikes_stay_strings_in_the_simple_format() -> None:
     playbook = Playbook.from_yaml("playbook:\n  - {id: a, purpose: no, say: 10:30, done_when: off}\n  - {id: b}\n")
     a = playbook.checkpoint("main.a")
     assert (a.goal, a.guidance, a.advance_when[-1].when) == ("no", "10:30", "off")
+
+
+def test_persona_may_be_plain_text() -> None:
+    doc = steps()
+    doc.update(persona="You are Sam from Harbor Mutual.", goal="Book a callback.")
+    playbook = Playbook.from_dict(doc)
+    assert playbook.persona == ("You are Sam from Harbor Mutual.\n\nDefault conversation language: English."
+                                "\n\nOverall goal: Book a callback.")
+    assert playbook.guidelines.language == "en"

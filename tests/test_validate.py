@@ -398,3 +398,10 @@ def test_reading_a_result_or_call_count_no_tool_provides_is_a_warning() -> None:
         ("journeys.visit.checkpoints[2].advance_when[0].when", "reads calls.craete, but no tool has that id",
          "did you mean 'create'?"),
     ]
+
+
+def test_unknown_initial_does_not_also_report_every_checkpoint_unreachable() -> None:
+    doc = base()
+    doc["initial"] = "visit.gret"
+    found = problems(doc)
+    assert [(p.path, p.hint) for p in found] == [("initial", "did you mean 'visit.greet'?")]
