@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-from .events import Degraded, SessionEnd, SlotWrite, SteeringNote, Utterance
+from .events import Degraded, SessionEnd, SlotWrite, SpeechCorrection, SteeringNote, Utterance
 from .speaker import finished
 from .speech import Reply, Segment
 
@@ -193,7 +193,8 @@ class TurnFlow:
     async def deliver_late(self, task: asyncio.Task[None], *, barge_in: bool) -> None:
         """After a cut reply: when the decision lands, hand its lines to ``on_late_line``.
 
-        A line is logged once, when handed over; without ``on_late_line`` nothing is spoken and
+        A line is logged once, just before it is handed over (a failing hook is corrected to
+        "heard nothing"); without ``on_late_line`` nothing is spoken and
         nothing is logged (the checkpoint's verbatim then stays due). After a barge-in the caller
         is talking, so only the closing lines of an ended call are delivered.
         """
@@ -206,6 +207,10 @@ class TurnFlow:
             return
         reply = rt._speaker.new_reply()
         for segment in lines:
+            # Logged first, so the host that speaks it finds the utterance it is speaking.
+            reply.begin(segment)
+            reply.add(segment.text)
+            logged = reply.finish()
             try:
                 result = rt._on_late_line(segment.text)
                 if inspect.iscoroutine(result):
@@ -213,10 +218,8 @@ class TurnFlow:
             except Exception as exc:
                 logger.exception("session %s: on_late_line failed", rt.session_id)
                 self._degrade("late_line", f"on_late_line failed, line not spoken: {exc!r}")
-                continue
-            reply.begin(segment)
-            reply.add(segment.text)
-            reply.finish()
+                if logged is not None:  # the caller heard none of it
+                    rt._emit(SpeechCorrection(utterance_version=logged.version, heard_text=""))
         rt._persist()
 
     # --- policies -----------------------------------------------------------------------

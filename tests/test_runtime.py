@@ -199,9 +199,14 @@ async def to_confirm(rt: Runtime) -> None:
 
 async def test_ladder_rungs_are_spoken_and_logged_and_the_late_line_goes_to_on_late_line() -> None:
     late: list[str] = []
+
+    def on_late_line(text: str) -> None:
+        assert spoken(rt)[-1].text == text  # logged before the host is asked to speak it
+        late.append(text)
+
     director = ScriptedDirector([{"slots": {"party": 2}}, lambda r: asyncio.sleep(0.6, {"advance": "shop.done"})])
     talker = ScriptedTalker(["Hi.", "Got it.", "Two people, right?"])
-    rt = runtime(director, talker, barrier_timeout=0.05, hold_timeout=0.05, on_late_line=late.append)
+    rt = runtime(director, talker, barrier_timeout=0.05, hold_timeout=0.05, on_late_line=on_late_line)
     await to_confirm(rt)
     turn = await rt.user_turn("yes")
     assert turn.text == ("One moment, let me check that. I'm taking a little longer than usual, "
@@ -441,3 +446,39 @@ async def test_store_gets_every_event_and_a_new_runtime_resumes_without_replayin
     await again.user_turn("five of us")
     await again.wait_idle()
     assert (await store.load("call-1")).version == again.log.version
+
+
+async def test_a_failing_late_line_hook_is_corrected_to_heard_nothing() -> None:
+    def broken(text: str) -> None:
+        raise OSError("no session")
+
+    director = ScriptedDirector([{"slots": {"party": 2}}, lambda r: asyncio.sleep(0.3, {"advance": "shop.done"})])
+    rt = runtime(director, ScriptedTalker(["Hi.", "Got it.", "Two?"]), barrier_timeout=0.02,
+                 hold_timeout=0.02, on_late_line=broken)
+    await to_confirm(rt)
+    await rt.user_turn("yes")
+    await rt.wait_idle()
+    line = spoken(rt)[-1]
+    assert line.text == "All set. Goodbye!" and rt.state.entry(line.version).heard_text == ""
+    assert any(isinstance(e, ev.Degraded) and e.component == "late_line" for e in rt.log)
+
+
+async def test_on_enter_tools_run_once_per_entry_and_goodbye_routes_to_its_interrupt() -> None:
+    text = SHOP.replace("        gate: hard\n", "        gate: hard\n        on_enter: [ping]\n") + """
+tools:
+  - {id: ping, type: python, store_response_as: ping}
+interrupts:
+  - {id: goodbye, when: the caller wants to end the call, to: shop.gone}
+"""
+    pings: list[int] = []
+    rt = runtime(ScriptedDirector([{"slots": {"party": 2}}, {}, {}]),
+                 ScriptedTalker(["Hi.", "Two.", "Right?"]), Playbook.from_yaml(text),
+                 python_tools={"ping": lambda args: pings.append(1) or {"pong": True}})
+    await to_confirm(rt)
+    assert pings == [1] and rt.state.results["ping"].ok
+    await rt.user_turn("hmm")
+    assert pings == [1]  # once per entry, not per turn
+    bye = await rt.user_turn("ok bye")  # the Director missed it; the backstop routes it
+    assert bye.ended and bye.outcome == "no_answer" and bye.text == "I'll let you go. Goodbye."
+    move = next(e for e in bye.events if isinstance(e, ev.Advance))
+    assert (move.rule_id, move.by) == ("interrupt:goodbye", "interrupt")
