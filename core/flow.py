@@ -280,6 +280,8 @@ class _FlowCompiler:
         for node in flow.nodes:
             if node.id not in mapped:
                 self.coverage.append(f"node {node.id!r} did not map (nothing leads to it)")
+            elif node.id not in skip and node.id != flow.initial_node and not self.inbound[node.id]:
+                self.coverage.append(f"node {node.id!r} is an orphan: no edge leads to it")
         for action in flow.actions:
             if action.id not in self.used_actions:
                 self.coverage.append(f"action {action.id!r} is never used")

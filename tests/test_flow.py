@@ -128,8 +128,10 @@ def test_coverage_lists_what_did_not_map() -> None:
     doc["actions"].append({"id": "unused", "url": "http://127.0.0.1/x"})
     node(doc, "confirm")["actions"] = [{"trigger_type": "on_exit", "action_id": "availability"}]
     node(doc, "bye")["static_text"] = "Bye {{ nickname }}"
+    doc["nodes"].append({"id": "lonely", "instruction": "Nobody comes here.", "is_final": True})
     playbook = Playbook.from_dict(doc)
     assert sorted(playbook.coverage) == sorted([
+        "node 'lonely' is an orphan: no edge leads to it",
         "action 'unused' is never used",
         "node 'confirm': on_exit action 'availability' has no equivalent",
         "node 'bye': unknown template variable 'nickname', left out",
