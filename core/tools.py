@@ -90,7 +90,18 @@ def _clamp_timeout(seconds: float) -> float:
     return min(max(float(seconds), 0.1), 300.0)
 
 
-_CASTS: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "str": str}
+def _cast_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is a boolean")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{value!r} has a fraction")
+    return int(str(value).strip()) if isinstance(value, str) else int(value)
+
+
+def _cast_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is a boolean")
+    return float(value)
 
 
 def _cast_bool(value: Any) -> bool:
@@ -102,6 +113,11 @@ def _cast_bool(value: Any) -> bool:
     if text in ("false", "no", "0"):
         return False
     raise ValueError(f"{value!r} is not a boolean")
+
+
+_CASTS: dict[str, Callable[[Any], Any]] = {
+    "int": _cast_int, "float": _cast_float, "bool": _cast_bool, "str": str,
+}
 
 
 class ToolRunner:
@@ -199,7 +215,11 @@ class ToolRunner:
         except KeyError:
             raise ValueError(f"unknown tool '{tool_id}'; declare it under tools:") from None
         compiled = self._compiled[tool_id]
-        scope = {**state.scope(env=self.env), "args": dict(args or {})}
+        try:
+            call_args, bad_args = self._cast_args(spec, args), None
+        except ValueError as exc:
+            call_args, bad_args = dict(args or {}), str(exc)
+        scope = {**state.scope(env=self.env), "args": call_args}
         if not replay:
             if spec.run_once and state.calls.get(tool_id, 0) > 0:
                 return None
@@ -212,10 +232,8 @@ class ToolRunner:
         def finish(ok: bool, status: int | None = None, data: Any = None, error: str | None = None) -> ev.ToolResult:
             return self._finish(spec, state, emit, ok, status, data, error, started, attempt, pipeline)
 
-        try:
-            call_args = self._cast_args(spec, args)
-        except ValueError as exc:
-            return finish(False, error=f"{REFUSED}bad args: {exc}")
+        if bad_args is not None:
+            return finish(False, error=f"{REFUSED}bad args: {bad_args}")
         if spec.type == "python":
             return await self._run_python(spec, state, emit, call_args, attempt, pipeline, finish)
         return await self._run_http(spec, compiled, state, emit, scope, hard_gate, attempt, pipeline, finish)
@@ -228,7 +246,7 @@ class ToolRunner:
                 if arg_spec.required:
                     raise ValueError(f"missing required argument '{name}'")
                 continue
-            cast = _cast_bool if arg_spec.type == "bool" else _CASTS.get(arg_spec.type)
+            cast = _CASTS.get(arg_spec.type)  # other types pass through as sent
             if cast is not None:
                 try:
                     out[name] = cast(out[name])

@@ -542,8 +542,16 @@ async def test_unregistered_python_tool_and_bad_args_are_refused() -> None:
     missing = await runner.run_tool("explode", state=call.state, emit=call.emit)
     assert missing is not None and is_refused(missing)
     assert "python tool not registered: explode" in (missing.error or "")
-    bad = await runner.run_tool("capture", state=call.state, emit=call.emit, args={"amount": "lots"})
-    assert bad is not None and is_refused(bad) and "'amount'='lots' is not a int" in (bad.error or "")
+    for amount in ("lots", 2.5, True):
+        bad = await runner.run_tool("capture", state=call.state, emit=call.emit, args={"amount": amount})
+        assert bad is not None and is_refused(bad)
+        assert f"'amount'={amount!r} is not a int" in (bad.error or "")
+    assert attempts_made(call) == 0
+
+
+def attempts_made(call: Call) -> int:
+    """How many python tool calls were actually made (refusals make none)."""
+    return len(call.of(ev.ToolCall))
 
 
 def test_python_tool_signatures_are_bound_once() -> None:
