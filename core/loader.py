@@ -67,7 +67,9 @@ def load_text(text: str, fmt: str | None = None, source: str | None = None) -> P
 def _parse(text: str, fmt: str, source: str | None) -> Any:
     if fmt == "json":
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise PlaybookError([Problem("", f"JSON: duplicate key {exc.key!r}", "keep one of them")], source) from None
         except json.JSONDecodeError as exc:
             raise PlaybookError(
                 [Problem("", f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}")],
@@ -83,6 +85,22 @@ def _parse(text: str, fmt: str, source: str | None) -> Any:
         raise PlaybookError([Problem("", f"YAML syntax error{where}: {what}", hint)], source) from None
     except yaml.YAMLError as exc:
         raise PlaybookError([Problem("", f"YAML syntax error: {exc}")], source) from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON objects like YAML mappings: a repeated key is refused, never silently overwritten."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
 
 
 def detect_format(doc: Any) -> str:

@@ -118,6 +118,11 @@ def test_dumper_quotes_what_yaml11_or_12_readers_misread() -> None:
     assert yaml.safe_load(playbook.to_yaml())["journeys"]["main"]["checkpoints"][0]["goal"] == "no"
 
 
+def test_json_duplicate_keys_are_refused() -> None:
+    with pytest.raises(PlaybookError, match="duplicate key 'journeys'"):
+        Playbook.from_json('{"journeys": {}, "journeys": {}}')
+
+
 def test_yaml_syntax_error_names_line_and_column() -> None:
     with pytest.raises(PlaybookError) as err:
         Playbook.from_yaml("journeys:\n  main:\n    checkpoints: [\n      {id: a\n")
