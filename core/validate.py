@@ -123,7 +123,6 @@ class _Checker:
 
     def checkpoints(self) -> None:
         declared = self.pb.declared_slots()
-        owners = {key: ref for _, ref, cp in iter_checkpoints(self.pb) for key in cp.slots}
         for path, ref, cp in iter_checkpoints(self.pb):
             for index, rule in enumerate(cp.advance_when):
                 rule_path = join_path(path, "advance_when", index)
@@ -169,9 +168,11 @@ class _Checker:
                         self.warn(join_path(slot_path, "invalidates", k),
                                   f"invalidates {other!r}, which is neither a declared slot nor results.<stored tool result>",
                                   hint_for(other, [*declared, *(f"results.{s}" for s in stored if s)]))
-                if key in owners and owners[key] != ref and spec != self.pb.slot_spec(key):
+                owner = self.pb.slot_owner(key)
+                if owner != ref and spec != self.pb.slot_spec(key):
                     self.warn(slot_path, f"slot {key!r} is declared again with a different spec; "
-                              f"the first declaration (in {owners[key]!r}) is the one used")
+                              f"the first declaration (in {owner!r}) is the one used",
+                              "declare a slot once, or give both declarations the same spec")
 
     # --- tools and pipelines -----------------------------------------------------------
 

@@ -405,3 +405,13 @@ def test_unknown_initial_does_not_also_report_every_checkpoint_unreachable() -> 
     doc["initial"] = "visit.gret"
     found = problems(doc)
     assert [(p.path, p.hint) for p in found] == [("initial", "did you mean 'visit.greet'?")]
+
+
+def test_a_slot_declared_twice_differently_is_a_warning() -> None:
+    doc = base()
+    cps(doc)[2]["slots"] = {"name": {"type": "str", "confirm": True}}
+    [warning] = Playbook.from_dict(doc).warnings
+    assert warning.path == "journeys.visit.checkpoints[2].slots.name"
+    assert "the first declaration (in 'visit.details') is the one used" in warning.message
+    cps(doc)[2]["slots"] = {"name": {"type": "str"}}
+    assert Playbook.from_dict(doc).warnings == []
