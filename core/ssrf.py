@@ -96,7 +96,7 @@ def parse_ip_literal(text: str) -> IPAddress | None:
     (``1.2.3.4.5``, ``09.1``, ``256.1.1.1``): resolvers disagree on such names, so they are
     never passed on.
     """
-    text = text.strip("[]")
+    text = text.strip("[]").lower()
     if ":" in text:
         try:
             return ipaddress.IPv6Address(text)
@@ -111,7 +111,7 @@ def parse_ip_literal(text: str) -> IPAddress | None:
     for part in parts:
         try:
             if part.startswith("0x"):
-                values.append(int(part[2:] or "0", 16))
+                values.append(int(part[2:], 16))  # a bare "0x" is not a number (as in inet_aton)
             elif len(part) > 1 and part.startswith("0"):
                 values.append(int(part, 8))
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from loopback import LoopbackServer, Reply
 from superdialog_core.http import pinned_http_client, send
 from superdialog_core.ssrf import (
@@ -225,3 +228,22 @@ async def test_https_is_pinned_to_the_vetted_address_and_verified_against_the_na
             reply = await send(plain, "GET", good, headers={}, body=None, timeout=5)
             assert reply.status == 200
         assert [r.header("host") for r in server.requests] == [f"api.clinic.test:{server.port}"] * 2
+
+
+_spelling = st.tuples(
+    st.integers(min_value=0, max_value=(1 << 32) + 5),
+    st.sampled_from(["dec", "hex", "HEX", "oct"]),
+).map(lambda p: {"dec": str(p[0]), "hex": hex(p[0]), "HEX": hex(p[0]).upper().replace("0X", "0x"),
+                 "oct": "0" + oct(p[0])[2:]}[p[1]])
+
+
+@given(st.lists(_spelling, min_size=1, max_size=5).map(".".join))
+def test_ip_literal_folding_agrees_with_inet_aton(text: str) -> None:
+    """Resolvers fold numeric names with inet_aton; the guard must read them the same way."""
+    try:
+        expected = ipaddress.IPv4Address(socket.inet_aton(text))
+    except OSError:
+        with pytest.raises(UrlRefused):
+            parse_ip_literal(text)
+        return
+    assert parse_ip_literal(text) == expected
