@@ -149,6 +149,7 @@ class Runtime:
         self._inflight: asyncio.Future[Any] | None = None  # what the next turn waits for first
         self._undelivered: list[Segment] = []  # due lines a stopped reply did not speak
         self._persisted = 0
+        self._live: tuple[Reply, asyncio.Task[None] | None] | None = None  # the open stream
         self._persist_task: asyncio.Task[None] | None = None
         self.last_turn: Turn | None = None
 
@@ -191,6 +192,7 @@ class Runtime:
         self._started = True
         reply = self._speaker.new_reply()
         self._sink = []
+        self._live = (reply, None)
         completed = False
         try:
             if await self._resume():
@@ -237,6 +239,8 @@ class Runtime:
 
     async def _before_turn(self) -> None:
         """Let the previous decision (and its late lines) land first, then make sure we started."""
+        if self._live is not None:
+            self._supersede(*self._live)
         if self._inflight is not None:
             await finished(self._inflight, None)
             self._inflight = None
@@ -256,6 +260,7 @@ class Runtime:
         await self._before_turn()
         reply = self._speaker.new_reply()
         self._sink = []
+        self._live = (reply, None)
         completed = False
         task: asyncio.Task[None] | None = None
         try:
@@ -270,6 +275,7 @@ class Runtime:
                 completed = True
                 return
             task = self._flow.start_decision(text, user.version)
+            self._live = (reply, task)
             async for piece in self._flow.reply(reply, task):
                 yield piece
             completed = True
@@ -284,6 +290,7 @@ class Runtime:
         await self._before_turn()
         reply = self._speaker.new_reply()
         self._sink = []
+        self._live = (reply, None)
         completed = False
         try:
             self._emit(External(kind=kind, name=name, payload=payload))
@@ -330,6 +337,21 @@ class Runtime:
 
     # --- ending a turn ------------------------------------------------------------------
 
+    def _supersede(self, reply: Reply, task: asyncio.Task[None] | None) -> None:
+        """A new turn began while the previous stream was still open: treat it as a barge-in.
+
+        Its yielded prefix is logged now (interrupted); it stops yielding when next resumed,
+        and its decision still lands, before the new turn's.
+        """
+        reply.abort()
+        reply.superseded = True
+        self._live = None
+        self._sink = None
+        if task is not None:
+            self._inflight = asyncio.get_running_loop().create_task(
+                self._flow.deliver_late(task, barge_in=True)
+            )
+
     async def _drain(self, stream: AsyncIterator[str]) -> Turn:
         async with aclosing(stream) as pieces:  # type: ignore[type-var]
             async for _ in pieces:
@@ -339,6 +361,9 @@ class Runtime:
 
     def _close(self, reply: Reply, completed: bool, task: asyncio.Task[None] | None) -> None:
         """Log a barge-in's prefix, hand a cut reply's lines to late delivery, record the turn."""
+        if reply.superseded:
+            return  # the newer turn settled this one when it took over
+        self._live = None
         if not completed:
             reply.abort()
         if task is not None and (reply.cut or reply.stopped):

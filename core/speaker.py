@@ -92,6 +92,8 @@ class Speaker:
         reply.begin(segment)
         async with aclosing(pieces) as source:  # type: ignore[type-var]
             async for piece in source:
+                if reply.stopped:
+                    return  # superseded by a newer turn: it already logged what we said
                 if not piece:
                     continue
                 if reply.separator_due():

@@ -50,6 +50,7 @@ class Reply:
     stopped: bool = False  # the consumer stopped early (barge-in): no more speech this turn
     cut: bool = False  # the barrier ladder ended the reply before the decision landed
     followed_through: bool = False  # at most one follow-through per reply
+    superseded: bool = False  # a newer turn began while this stream was still open
     _open: Segment | None = None
     _pieces: list[str] = field(default_factory=list)
 

@@ -146,10 +146,12 @@ class TurnFlow:
         async with aclosing(source) as pieces:
             async for piece in pieces:
                 yield piece
-        if reply.cut:
+        if reply.cut or reply.stopped:
             return
         if not await finished(task, rt._hold_timeout):
             reply.cut = True  # soft gate: the decision is slow; its lines come late
+            return
+        if reply.stopped:
             return
         rt._undelivered = rt._progress.take_lines()
         async for piece in self.finish_reply(reply):

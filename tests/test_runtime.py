@@ -482,3 +482,24 @@ interrupts:
     assert bye.ended and bye.outcome == "no_answer" and bye.text == "I'll let you go. Goodbye."
     move = next(e for e in bye.events if isinstance(e, ev.Advance))
     assert (move.rule_id, move.by) == ("interrupt:goodbye", "interrupt")
+
+
+async def test_a_new_turn_supersedes_a_stream_left_open() -> None:
+    director = ScriptedDirector([{"slots": {"name": "Anna"}}, {"slots": {"party": 3}}], delay=0.05)
+    talker = ScriptedTalker(["Hi there, welcome.", "Thanks Anna, how many are you?", "Three, great.",
+                             "Three people, right?"])
+    rt = runtime(director, talker)
+    opening = rt.stream_start()
+    assert await opening.__anext__() == "Hi"  # the caller talks over the greeting
+    first = rt.stream_turn("I'm Anna")
+    got = [await first.__anext__(), await first.__anext__()]
+    second = await rt.user_turn("three of us")  # the first stream was never closed
+    assert [u.text for u in spoken(rt)[:2]] == ["Hi", "".join(got)]
+    assert all(u.interrupted for u in spoken(rt)[:2])
+    assert rt.state.slots["name"].value == "Anna" and rt.state.slots["party"].value == 3
+    writes = [e.key for e in rt.log if isinstance(e, ev.SlotWrite) and e.by == "director"]
+    assert writes == ["name", "party"]  # decisions applied in order
+    assert second.text == "Three, great. Three people, right?"
+    assert [chunk async for chunk in first] == []  # the old stream stops, saying nothing more
+    await opening.aclose()
+    assert len(spoken(rt)) == 4
