@@ -49,12 +49,12 @@ def _start(metadata: str, playbook: Playbook) -> dict:
         return call_start_from_job(ctx, playbook)
 
 
-def test_dispatch_call_start_values_are_coerced(playbook: Playbook) -> None:
+async def test_dispatch_call_start_values_are_coerced(playbook: Playbook) -> None:
     meta = json.dumps({"call_start": {"customer_id": "C-17", "party_size": "4"}, "dial": "+4930"})
     assert _start(meta, playbook) == {"customer_id": "C-17", "party_size": 4}
 
 
-def test_every_problem_is_listed_and_nothing_is_returned(playbook: Playbook) -> None:
+async def test_every_problem_is_listed_and_nothing_is_returned(playbook: Playbook) -> None:
     meta = json.dumps({"call_start": {"brnd": "acme", "party_size": "lots"}})
     with pytest.raises(CallStartError) as info:
         _start(meta, playbook)
@@ -66,19 +66,19 @@ def test_every_problem_is_listed_and_nothing_is_returned(playbook: Playbook) -> 
     assert "'lots' does not fit" in text
 
 
-def test_empty_string_counts_as_missing(playbook: Playbook) -> None:
+async def test_empty_string_counts_as_missing(playbook: Playbook) -> None:
     with pytest.raises(CallStartError, match="required call-start value 'customer_id' is missing"):
         _start(json.dumps({"call_start": {"customer_id": ""}}), playbook)
 
 
-def test_malformed_metadata_is_a_call_start_error(playbook: Playbook) -> None:
+async def test_malformed_metadata_is_a_call_start_error(playbook: Playbook) -> None:
     with pytest.raises(CallStartError, match=r"job\.metadata: is not valid JSON"):
         _start("{not json", playbook)
     with pytest.raises(CallStartError, match=r"job\.metadata\.call_start: must be a JSON object"):
         _start(json.dumps({"call_start": ["C-1"]}), playbook)
 
 
-def test_env_call_start_is_merged_under_the_dispatch(
+async def test_env_call_start_is_merged_under_the_dispatch(
     playbook: Playbook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(CALL_START_ENV, json.dumps({"customer_id": "LOCAL", "brand": "envbrand"}))
@@ -87,7 +87,7 @@ def test_env_call_start_is_merged_under_the_dispatch(
     assert _start(meta, playbook) == {"customer_id": "C-9", "brand": "envbrand"}
 
 
-def test_bad_env_json_names_the_variable(playbook: Playbook, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bad_env_json_names_the_variable(playbook: Playbook, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CALL_START_ENV, "[1, 2]")
     with pytest.raises(CallStartError, match=f"{CALL_START_ENV}: must be a JSON object"):
         _start(json.dumps({"call_start": {"customer_id": "C"}}), playbook)
@@ -143,7 +143,7 @@ def test_a_web_call_takes_every_dispatch_field() -> None:
     assert call_values_from_participant(None)["channel"] == "web"
 
 
-def test_call_values_from_job_reads_the_dispatch_call_object() -> None:
+async def test_call_values_from_job_reads_the_dispatch_call_object() -> None:
     meta = json.dumps({"call": {"direction": "outbound", "called_number": "+14155552671"}})
     with fake_job_context(job_metadata=meta) as ctx:
         values = call_values_from_job(ctx)

@@ -1,0 +1,94 @@
+"""worker.py: --help without a server, and a call's session built for a fake job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from livekit import rtc
+from livekit.agents.testing import fake_job_context
+from livekit.plugins import openai
+from superdialog_core import JsonlStore
+from superdialog_core.errors import CallStartError, ConfigError
+
+from superdialog_livekit import DialogMachineLLM
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import worker  # noqa: E402
+
+EXAMPLE = Path("/work/shared/examples/dental_booking.yaml")
+if not EXAMPLE.exists():
+    EXAMPLE = ROOT.parent / "shared" / "examples" / "dental_booking.yaml"
+
+
+def test_worker_help_runs_without_a_server() -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
+    done = subprocess.run([sys.executable, "worker.py", "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "console" in done.stdout and "start" in done.stdout
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # openai.STT/TTS clients need some key
+    monkeypatch.setenv("CLINIC_API_BASE", "http://127.0.0.1:9")
+    monkeypatch.setenv("CLINIC_API_TOKEN", "t")
+    monkeypatch.delenv("SUPERDIALOG_CALL_START", raising=False)
+    return {
+        "PLAYBOOK": str(EXAMPLE),
+        "TALKER_MODEL": "openai/small-talker",
+        "DIRECTOR_MODEL": "http://127.0.0.1:8090/v1#big-director",
+        "SUPERDIALOG_LLM_BASE_URL": "http://127.0.0.1:8089/v1",
+        "SUPERDIALOG_LOG_DIR": str(tmp_path / "logs"),
+    }
+
+
+def _sip_caller() -> SimpleNamespace:
+    return SimpleNamespace(kind=rtc.ParticipantKind.PARTICIPANT_KIND_SIP, attributes={
+        "sip.ruleID": "SDR_1", "sip.phoneNumber": "+4915112345678",
+        "sip.trunkPhoneNumber": "+493012345678", "sip.callIDFull": "abc-1"})
+
+
+async def test_worker_builds_the_session_for_a_fake_job(env: dict[str, str]) -> None:
+    playbook = worker.load_playbook(env)
+    meta = json.dumps({"call_start": {"clinic_id": "berlin-1"}})
+    with fake_job_context(job_metadata=meta) as ctx:
+        dialog = worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+    assert isinstance(dialog, DialogMachineLLM)
+    assert dialog.call_values["channel"] == "phone"
+    assert dialog.call_values["calling_number"] == "+4915112345678"
+    assert dialog.call_values["carrier_call_id"] == "abc-1"
+    # Model URIs: the base URL reroutes openai/<model>; an explicit http URI keeps its server.
+    assert (dialog._talker.llm.model, dialog._talker.llm.provider) == ("small-talker", "127.0.0.1:8089")
+    assert (dialog._director.llm.model, dialog._director.llm.provider) == ("big-director", "127.0.0.1:8090")
+    assert isinstance(dialog._options["store"], JsonlStore)
+
+    session = worker.build_session(dialog, vad=None)
+    assert session.llm is dialog
+    assert isinstance(session.stt, openai.STT) and isinstance(session.tts, openai.TTS)
+    assert session.options.preemptive_generation["enabled"] is False
+    await session.aclose()
+
+
+async def test_bad_call_start_is_refused_before_anything_is_built(env: dict[str, str]) -> None:
+    playbook = worker.load_playbook(env)
+    with fake_job_context(job_metadata=json.dumps({"call_start": {"clinic": "x"}})) as ctx, \
+            pytest.raises(CallStartError) as info:
+        worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+    assert {p.path for p in info.value.problems} == {"call_start.clinic", "call_start.clinic_id"}
+
+
+async def test_unset_env_variables_are_refused_before_the_greeting(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLINIC_API_TOKEN")
+    playbook = worker.load_playbook(env)
+    with fake_job_context(job_metadata=json.dumps({"call_start": {"clinic_id": "c"}})) as ctx, \
+            pytest.raises(ConfigError, match="CLINIC_API_TOKEN"):
+        worker.prepare_call(ctx, playbook, None, env=env)

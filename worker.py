@@ -1,0 +1,132 @@
+"""The LiveKit worker for superdialog playbooks: ``python worker.py dev | start | console``.
+
+Environment:
+  PLAYBOOK                  playbook path (default: playbooks/dental_booking.yaml)
+  TALKER_MODEL              model URI of the Talker (default: openai/gpt-4.1-mini)
+  DIRECTOR_MODEL            model URI of the Director (default: the Talker's)
+  SUPERDIALOG_LLM_BASE_URL  an OpenAI-compatible server for the two models only (STT and TTS
+                            keep their own settings)
+  SUPERDIALOG_LOG_DIR       where call logs are kept as JSONL (default: ./logs)
+  SUPERDIALOG_AGENT_NAME    agent name for explicit dispatch (default: automatic dispatch)
+  SUPERDIALOG_CALL_START    call-start values for local runs (JSON; the dispatch wins)
+  LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET   the LiveKit server
+
+Per job: the call's values come from the SIP participant and the dispatch metadata; a call that
+cannot start (bad call-start values, unset ${VARS}) is refused before the greeting: a phone
+caller hears ``policies.start_failure_line`` and the call is hung up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from livekit.agents import Agent, AgentServer, AgentSession, JobContext, JobProcess, cli
+from superdialog_core import Playbook
+from superdialog_core.errors import CallStartError, ConfigError
+
+from superdialog_livekit import DialogAgent, DialogMachineLLM, call_start_from_job
+from superdialog_livekit.call import call_values_from_job, is_sip_participant
+
+logger = logging.getLogger("superdialog_livekit.worker")
+
+DEFAULT_PLAYBOOK = Path(__file__).resolve().parent / "playbooks" / "dental_booking.yaml"
+DEFAULT_TALKER = "openai/gpt-4.1-mini"
+# The worker never starts a speculative reply: it would run the Director on unfinished words.
+TURN_HANDLING: dict[str, Any] = {"preemptive_generation": {"enabled": False}}
+
+
+def load_playbook(env: Mapping[str, str] = os.environ) -> Playbook:
+    """The playbook named by ``$PLAYBOOK`` (validated; raises PlaybookError with every problem)."""
+    return Playbook.load(env.get("PLAYBOOK") or DEFAULT_PLAYBOOK)
+
+
+def prewarm(proc: JobProcess) -> None:
+    """Once per job process: the VAD, the validated playbook and the value parsers."""
+    from livekit.plugins import silero
+    from superdialog_core.startup import language_of
+    from superdialog_core.values import warm_up
+
+    proc.userdata["vad"] = silero.VAD.load()
+    playbook = load_playbook()
+    proc.userdata["playbook"] = playbook
+    warm_up(language_of(playbook))
+
+
+def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
+                 call: Mapping[str, Any] | None, env: Mapping[str, str] = os.environ,
+                 store: Any = None) -> DialogMachineLLM:
+    """The call's DialogMachineLLM from the model URIs in ``env`` (ConfigError on a bad URI)."""
+    from superdialog_core import JsonlStore
+
+    talker = env.get("TALKER_MODEL") or DEFAULT_TALKER
+    director = env.get("DIRECTOR_MODEL") or None
+    if store is None:
+        store = JsonlStore(env.get("SUPERDIALOG_LOG_DIR") or "logs")
+    return DialogMachineLLM(
+        playbook, talker=talker, director=director, call_start=call_start, call=call,
+        store=store, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
+    )
+
+
+def build_session(dialog: DialogMachineLLM, *, vad: Any) -> AgentSession:
+    """The per-call AgentSession: OpenAI STT/TTS, the given VAD, the playbook as the LLM."""
+    from livekit.plugins import openai
+
+    return AgentSession(stt=openai.STT(), tts=openai.TTS(), vad=vad, llm=dialog,
+                        turn_handling=TURN_HANDLING)
+
+
+def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
+                       env: Mapping[str, str] = os.environ) -> DialogMachineLLM:
+    """Read call values and call-start values and build the call's runtime.
+
+    Raises ``CallStartError`` or ``ConfigError`` (every problem listed) before anything is said.
+    """
+    call = call_values_from_job(ctx, participant)
+    call_start = call_start_from_job(ctx, playbook)
+    dialog = build_dialog(playbook, call_start=call_start, call=call, env=env)
+    _ = dialog.runtime  # builds the runtime now: unset ${VARS} or bad values fail here
+    return dialog
+
+
+async def refuse_call(ctx: JobContext, playbook: Playbook, *, vad: Any, phone: bool) -> None:
+    """A call that cannot start: a phone caller hears the start-failure line, then hangs up."""
+    if not phone:
+        ctx.shutdown(reason="call refused: call-start values or configuration invalid")
+        return
+    from livekit.plugins import openai
+
+    session = AgentSession(tts=openai.TTS(), vad=vad)
+    await session.start(Agent(instructions=""), room=ctx.room)
+    handle = session.say(playbook.policies.start_failure_line, allow_interruptions=False)
+    await handle
+    await ctx.delete_room()
+    session.shutdown()
+
+
+async def entrypoint(ctx: JobContext) -> None:
+    """One call: wait for the caller, read the call's values, run the playbook."""
+    playbook = ctx.proc.userdata.get("playbook") or load_playbook()
+    vad = ctx.proc.userdata.get("vad")
+    await ctx.connect()
+    participant = await ctx.wait_for_participant()
+    try:
+        dialog = prepare_call(ctx, playbook, participant)
+    except (CallStartError, ConfigError) as exc:
+        logger.error("call refused before the greeting:\n%s", exc)
+        await refuse_call(ctx, playbook, vad=vad, phone=is_sip_participant(participant))
+        return
+    session = build_session(dialog, vad=vad)
+    await session.start(DialogAgent(dialog), room=ctx.room)
+
+
+server = AgentServer(setup_fnc=prewarm)
+server.rtc_session(entrypoint, agent_name=os.environ.get("SUPERDIALOG_AGENT_NAME", ""))
+
+
+if __name__ == "__main__":
+    cli.run_app(server)
