@@ -503,3 +503,21 @@ async def test_a_new_turn_supersedes_a_stream_left_open() -> None:
     assert [chunk async for chunk in first] == []  # the old stream stops, saying nothing more
     await opening.aclose()
     assert len(spoken(rt)) == 4
+
+
+async def test_a_question_for_a_value_captured_meanwhile_gets_a_repair_note() -> None:
+    director = ScriptedDirector([{"slots": {"name": "Anna"}}], delay=0.02)
+    talker = ScriptedTalker(["Hi.", "Sure. And what name is it under?", "Thanks, Anna."])
+    rt = runtime(director, talker)
+    await rt.start()
+    await rt.user_turn("a table for Anna please")
+    (note,) = [n for n in rt.state.pending_notes if n.kind == "repair"]
+    assert "name" in note.text and "Anna" in note.text
+    await rt.user_turn("hello?")
+    assert note.text in talker.requests[-1].messages[0]["content"]
+
+    calm = runtime(ScriptedDirector([{"slots": {"name": "Anna"}}]),
+                   ScriptedTalker(["Hi.", "How many people are coming?"]))
+    await calm.start()
+    await calm.user_turn("it's for Anna")
+    assert not [n for n in calm.state.pending_notes if n.kind == "repair"]  # it asked for party
