@@ -61,12 +61,12 @@ class _Compiler:
         return compiled
 
     def _expr_hint(self, text: str, exc: Exception) -> str | None:
-        if "did you mean" in str(exc):
-            return None  # expr.py already named the closest slot
+        if "did you mean" in str(exc) or "declare" in str(exc):
+            return None  # expr.py already says how to fix the slot read
         for match in _SLOT_READ.finditer(text):
             key = match.group(1) or match.group(2)
             if key not in self.declared:
-                return hint_for(key, self.declared) or "declare it under a checkpoint's slots"
+                return hint_for(key, self.declared)
         message = str(exc)
         if "pipeline" in message:
             return "`pipeline` is only readable in the rules of a checkpoint that runs a pipeline"

@@ -16,6 +16,7 @@ Format detection (SPEC §2.1):
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -152,16 +153,48 @@ def build_playbook(
     doc: dict[str, Any], source: str | None = None, extra_warnings: list[Problem] | None = None
 ) -> Playbook:
     """Validate a full-format document, run every check and compile; raise on any error."""
+    from .validate import validate_playbook
+
     try:
         playbook = Playbook.model_validate(doc)
     except ValidationError as exc:
-        raise PlaybookError(problems_from_validation_error(exc, Playbook), source) from None
-    from .validate import validate_playbook
+        problems = problems_from_validation_error(exc, Playbook)
+        raise PlaybookError([*problems, *_checks_without_unknown_keys(doc, exc)], source) from None
 
     problems = [*(extra_warnings or []), *validate_playbook(playbook)]
     _raise_errors(problems, source)
     playbook._warnings = [p for p in problems if p.severity == "warning"]
     return playbook
+
+
+def _checks_without_unknown_keys(doc: dict[str, Any], exc: ValidationError) -> list[Problem]:
+    """When unknown keys were the only field errors, the other checks still run (on a copy
+    without those keys), so one load reports every problem instead of one layer at a time."""
+    from .validate import validate_playbook
+
+    errors = exc.errors(include_url=False)
+    if any(err["type"] != "extra_forbidden" for err in errors):
+        return []
+    pruned = copy.deepcopy(doc)
+    for err in errors:
+        _drop(pruned, err["loc"])
+    try:
+        playbook = Playbook.model_validate(pruned)
+    except ValidationError:
+        return []
+    return [p for p in validate_playbook(playbook) if p.severity == "error"]
+
+
+def _drop(doc: Any, loc: tuple[Any, ...]) -> None:
+    """Delete the key at ``loc`` (skipping pydantic's union-member tags, which are not keys)."""
+    current = doc
+    for elem in loc[:-1]:
+        is_key = isinstance(current, dict) and elem in current
+        is_index = isinstance(current, list) and isinstance(elem, int) and elem < len(current)
+        if is_key or is_index:
+            current = current[elem]
+    if isinstance(current, dict):
+        current.pop(loc[-1], None)
 
 
 def _raise_errors(problems: list[Problem], source: str | None) -> None:

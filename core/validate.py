@@ -36,7 +36,9 @@ def validate_playbook(playbook: Playbook) -> list[Problem]:
     checker = _Checker(playbook)
     checker.run()
     problems = [*checker.problems, *compile_playbook(playbook)]
-    problems.extend(_graph_warnings(playbook))
+    if not any(p.message.startswith("unknown checkpoint") for p in checker.problems):
+        # With a broken ref the graph is incomplete: its warnings would only echo that error.
+        problems.extend(_graph_warnings(playbook))
     problems.extend(_env_warnings(playbook))
     problems.extend(_unsupported_warning(playbook))
     errors = [p for p in problems if p.severity == "error"]

@@ -352,7 +352,7 @@ def test_all_problems_come_out_of_one_error_errors_first() -> None:
         Playbook.from_dict(doc)
     assert {p.path for p in err.value.problems} >= {"journeys.visit.checkpoints[1].guidence", "zzzz"}
     doc = base()
-    cps(doc)[2]["advance_when"][0]["to"] = "visit.bok"
+    doc["middleware"] = {"refresh_with": "nope"}
     doc["tools"][0]["store_response_as"] = "pipeline"
     cps(doc)[4]["say_verbatim"] = "{{ slots.nope }}"
     cps(doc).append({"id": "lost", "terminal": True})
@@ -415,3 +415,19 @@ def test_a_slot_declared_twice_differently_is_a_warning() -> None:
     assert "the first declaration (in 'visit.details') is the one used" in warning.message
     cps(doc)[2]["slots"] = {"name": {"type": "str"}}
     assert Playbook.from_dict(doc).warnings == []
+
+
+def test_unknown_keys_do_not_hide_the_other_checks() -> None:
+    doc = base()
+    cps(doc)[1]["guidence"] = "x"
+    cps(doc)[2]["advance_when"][0]["to"] = "visit.bok"
+    cps(doc)[4]["say_verbatim"] = "{{ slots.nope }}"
+    paths = [p.path for p in problems(doc)]
+    assert paths == ["journeys.visit.checkpoints[1].guidence", "journeys.visit.checkpoints[2].advance_when[0].to",
+                     "journeys.visit.checkpoints[4].say_verbatim"]
+
+
+def test_a_broken_ref_does_not_also_warn_about_the_graph() -> None:
+    doc = base()
+    cps(doc)[0]["advance_when"][0]["to"] = "visit.detials"
+    assert [p.severity for p in problems(doc)] == ["error"]
