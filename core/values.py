@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -330,7 +331,9 @@ def _languages(language: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=128)
-def _parser(languages: tuple[str, ...], order: str, base: datetime, timezone: str) -> Any:
+def _parser(
+    languages: tuple[str, ...], order: str, base: datetime, timezone: str, prefer: str = "future"
+) -> Any:
     """One DateDataParser per (language, order, anchor): a call reuses its own for every turn."""
     from dateparser.date import DateDataParser
 
@@ -338,7 +341,7 @@ def _parser(languages: tuple[str, ...], order: str, base: datetime, timezone: st
         languages=list(languages),
         settings={
             "RELATIVE_BASE": base,
-            "PREFER_DATES_FROM": "future",
+            "PREFER_DATES_FROM": prefer,
             "RETURN_AS_TIMEZONE_AWARE": False,
             "RETURN_TIME_AS_PERIOD": True,
             "DATE_ORDER": order,
@@ -348,8 +351,10 @@ def _parser(languages: tuple[str, ...], order: str, base: datetime, timezone: st
     )
 
 
-def _dateparse(text: str, ctx: ValueContext, order: str) -> tuple[datetime | None, str]:
-    parser = _parser(_languages(ctx.language), order, ctx.local_now, ctx.timezone)
+def _dateparse(
+    text: str, ctx: ValueContext, order: str, prefer: str = "future"
+) -> tuple[datetime | None, str]:
+    parser = _parser(_languages(ctx.language), order, ctx.local_now, ctx.timezone, prefer)
     data = parser.get_date_data(text)
     return data.date_obj, data.period or "day"
 
@@ -361,14 +366,56 @@ def _consensus(key: str, text: str, ctx: ValueContext, ask: str) -> tuple[dateti
     month; any disagreement means the text could mean more than one thing, so it is refused
     rather than guessed. Relative phrases ("tomorrow", "next friday") agree and pass.
     """
-    readings = [_dateparse(text, ctx, order) for order in _ORDERS]
+    phrase = _offset_phrase(text)
+    # Year-first only matters for all-digit forms; with a month name it reads "30 November" as
+    # November 2030 and would make every such day look ambiguous.
+    orders = _ORDERS if not any(ch.isalpha() for ch in phrase) else _ORDERS[:2]
+    readings = [_dateparse(phrase, ctx, order) for order in orders]
     if any(when is None for when, _ in readings):
         raise ValueRefused(key, f"that is not a specific day or time; {ask}")
     if len(set(readings)) > 1:
         raise ValueRefused(key, f"that could mean more than one thing; {ask}")
     when, period = readings[0]
     assert when is not None  # checked above; narrows the type
+    today = ctx.local_now.date()
+    if period == "time" and when.date() != today:
+        # A bare clock time ("8 pm") whose hour has passed: dateparser's future preference
+        # moves it to a wrong day (at a month's end to the 1st of the same month). A bare
+        # time means today; a past one is then refused by future_only, never guessed.
+        bare, _ = _dateparse(phrase, ctx, orders[0], "current_period")
+        if bare is not None and bare.date() == today:
+            when = bare
+    if (
+        when.year == today.year + 1
+        and (when.month, when.day) == (today.month, today.day)
+        and str(when.year) not in text
+    ):
+        # "November 30" said on November 30: dateparser's future preference counts today's
+        # midnight as past and moves a whole year on; the caller means today
+        when = when.replace(year=today.year)
     return when, period
+
+
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
+                 "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}  # fmt: skip
+_FROM_TODAY = re.compile(
+    r"(?P<in>in\s+)?(?P<n>\d{1,3}|[a-z]+)\s+(?P<unit>day|week)s?"
+    r"(?P<from>\s+(?:from\s+(?:today|now)|today))?",
+    re.IGNORECASE,
+)
+
+
+def _offset_phrase(text: str) -> str:
+    """ "a week from today" → "in 7 days": dateparser reads "N units from today" as N units ago
+    (or as today), and "in a week" as a whole week rather than one day ("next week" stays vague)."""
+    match = _FROM_TODAY.fullmatch(text)
+    if match is None or not (match["in"] or match["from"]):
+        return text
+    count = match["n"].lower()
+    n = int(count) if count.isdigit() else _NUMBER_WORDS.get(count)
+    if n is None:
+        return text
+    return f"in {n * 7 if match['unit'].lower() == 'week' else n} days"
 
 
 def _iso_date(text: str) -> date | None:

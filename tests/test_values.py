@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -363,3 +363,50 @@ def test_grouped_numbers_follow_the_call_locale_and_ambiguity_is_asked() -> None
     assert "more than one number" in refused("int", "1.000", de)
     assert ok("int", "1,000") == 1000
     refused("float", "1,5")  # not a number in English
+
+
+# --- hardening (H10) -------------------------------------------------------------------------
+@pytest.mark.parametrize("raw", ["November 30", "30 November", "Nov 30th"])
+def test_todays_date_by_name_is_today_not_next_year(raw: str) -> None:
+    assert ok("date", raw, future_only=True) == "2026-11-30"
+    # and it is the call's today: in Tokyo it is already December 1
+    tokyo = ValueContext(now=datetime(2026, 11, 30, 23, 30, tzinfo=ZoneInfo("UTC")),
+                         timezone="Asia/Tokyo")  # fmt: skip
+    assert ok("date", "December 1", tokyo, future_only=True) == "2026-12-01"
+
+
+def test_todays_date_with_an_earlier_hour_is_today() -> None:
+    assert ok("datetime", "November 30 at 9am") == "2026-11-30T09:00:00+01:00"
+    assert "in the past" in refused("datetime", "November 30 at 9am", future_only=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("a week from today", "2026-12-07"),
+        ("3 days from today", "2026-12-03"),
+        ("two days from now", "2026-12-02"),
+        ("a week today", "2026-12-07"),
+        ("in a week", "2026-12-07"),
+        ("in 2 weeks", "2026-12-14"),
+    ],
+)
+def test_offsets_from_today_count_forward(raw: str, want: str) -> None:
+    assert ok("date", raw, future_only=True) == want
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Tokyo"])
+def test_a_bare_clock_time_is_today_in_the_call_zone(zone: str) -> None:
+    # 23:30 UTC on November 30 (a month's last day): dateparser alone gave November 1
+    ctx = ValueContext(now=datetime(2026, 11, 30, 23, 30, tzinfo=ZoneInfo("UTC")), timezone=zone)
+    today = ctx.local_now.date().isoformat()
+    for raw, clock in [("8 pm", "20:00"), ("9 am", "09:00"), ("noon", "12:00")]:
+        assert ok("datetime", raw, ctx).startswith(f"{today}T{clock}:00")
+        assert ok("time", raw, ctx) == clock
+    tomorrow = (ctx.local_now + timedelta(days=1)).date().isoformat()
+    assert ok("datetime", "tomorrow at 8 pm", ctx).startswith(f"{tomorrow}T20:00:00")
+
+
+def test_a_bare_clock_time_that_has_passed_is_refused_when_future_only() -> None:
+    late = ValueContext(now=datetime(2026, 11, 30, 23, 30, tzinfo=ZoneInfo("UTC")), timezone="UTC")
+    assert "in the past" in refused("datetime", "8 pm", late, future_only=True)
