@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from .errors import PlaybookError, Problem
 from .playbook import Playbook
-from .problems import problems_from_validation_error
+from .problems import drop_at, only_unknown_keys, problems_from_validation_error
 from .yaml12 import dump_yaml_text, load_yaml
 
 PIPECAT_MESSAGE = (
@@ -172,29 +172,16 @@ def _checks_without_unknown_keys(doc: dict[str, Any], exc: ValidationError) -> l
     without those keys), so one load reports every problem instead of one layer at a time."""
     from .validate import validate_playbook
 
-    errors = exc.errors(include_url=False)
-    if any(err["type"] != "extra_forbidden" for err in errors):
+    if not only_unknown_keys(exc):
         return []
     pruned = copy.deepcopy(doc)
-    for err in errors:
-        _drop(pruned, err["loc"])
+    for err in exc.errors(include_url=False):
+        drop_at(pruned, err["loc"])
     try:
         playbook = Playbook.model_validate(pruned)
     except ValidationError:
         return []
     return [p for p in validate_playbook(playbook) if p.severity == "error"]
-
-
-def _drop(doc: Any, loc: tuple[Any, ...]) -> None:
-    """Delete the key at ``loc`` (skipping pydantic's union-member tags, which are not keys)."""
-    current = doc
-    for elem in loc[:-1]:
-        is_key = isinstance(current, dict) and elem in current
-        is_index = isinstance(current, list) and isinstance(elem, int) and elem < len(current)
-        if is_key or is_index:
-            current = current[elem]
-    if isinstance(current, dict):
-        current.pop(loc[-1], None)
 
 
 def _raise_errors(problems: list[Problem], source: str | None) -> None:

@@ -196,9 +196,26 @@ def _problem_for(
     return Problem(path, f"{err['msg']} (got {_short(value)})")
 
 
+def drop_at(doc: Any, loc: Sequence[Any]) -> None:
+    """Delete the key at ``loc`` in ``doc`` (pydantic's union-member tags are skipped)."""
+    current = doc
+    for elem in loc[:-1]:
+        is_key = isinstance(current, dict) and elem in current
+        is_index = isinstance(current, list) and isinstance(elem, int) and elem < len(current)
+        if is_key or is_index:
+            current = current[elem]
+    if isinstance(current, dict):
+        current.pop(loc[-1], None)
+
+
+def only_unknown_keys(exc: ValidationError) -> bool:
+    """True when every error is an unknown key, so the document minus those keys can be checked."""
+    return all(err["type"] == "extra_forbidden" for err in exc.errors(include_url=False))
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["did_you_mean", "hint_for", "join_path", "model_keys", "problems_from_validation_error"]
+__all__ = ["did_you_mean", "drop_at", "hint_for", "join_path", "model_keys", "only_unknown_keys", "problems_from_validation_error"]

@@ -16,12 +16,19 @@ require-set (``require``, else all of ``collect`` when it has at most two keys).
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Problem
-from .problems import hint_for, join_path, problems_from_validation_error
+from .problems import (
+    drop_at,
+    hint_for,
+    join_path,
+    only_unknown_keys,
+    problems_from_validation_error,
+)
 
 JOURNEY = "main"
 
@@ -106,11 +113,18 @@ _GUIDELINE_KEYS = ("channel", "tone", "call_type", "timezone", "memory_enabled",
 
 def lower_simple(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     """The full-format document for a simple-format ``doc``, and the problems found."""
+    problems: list[Problem] = []
     try:
         simple = SimpleDoc.model_validate(doc)
     except ValidationError as exc:
-        return {}, problems_from_validation_error(exc, SimpleDoc)
-    problems: list[Problem] = []
+        problems = problems_from_validation_error(exc, SimpleDoc)
+        if not only_unknown_keys(exc):
+            return {}, problems
+        # Only unknown keys: check the rest too, so one load reports every problem.
+        pruned = copy.deepcopy(doc)
+        for err in exc.errors(include_url=False):
+            drop_at(pruned, err["loc"])
+        simple = SimpleDoc.model_validate(pruned)
     step_ids = [step.id for step in simple.playbook]
     seen: dict[str, int] = {}
     for index, step_id in enumerate(step_ids):

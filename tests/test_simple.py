@@ -203,3 +203,9 @@ def test_persona_may_be_plain_text() -> None:
     assert playbook.persona == ("You are Sam from Harbor Mutual.\n\nDefault conversation language: English."
                                 "\n\nOverall goal: Book a callback.")
     assert playbook.guidelines.language == "en"
+
+
+def test_unknown_keys_do_not_hide_step_errors() -> None:
+    doc = steps(then="clsoe", done_wehn="x")
+    assert [(p.path, p.message) for p in problems(doc)] == [
+        ("playbook[0].done_wehn", "unknown key 'done_wehn'"), ("playbook[0].then", "unknown step 'clsoe'")]
