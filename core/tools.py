@@ -289,6 +289,7 @@ class ToolRunner:
                     f"get a yes before '{spec.id}' sends it"))
         if compiled.url is None:
             return finish(False, error=f"{REFUSED}tool '{spec.id}' has no url; set tools[].url")
+        timeout = _clamp_timeout(spec.timeout)
         try:
             url = compiled.url.render(scope)
             headers = {name: t.render(scope) for name, t in compiled.headers.items()}
@@ -296,12 +297,15 @@ class ToolRunner:
         except TemplateRefusal as exc:
             return finish(False, error=f"{REFUSED}{exc}")
         try:
-            target = await vet_url(url, self.playbook.policies.allow_hosts, resolver=self._resolver)
+            # The tool's timeout bounds the DNS lookup too (getaddrinfo has none of its own).
+            target = await asyncio.wait_for(
+                vet_url(url, self.playbook.policies.allow_hosts, resolver=self._resolver), timeout)
         except UrlRefused as exc:
             return finish(False, error=f"{REFUSED}blocked tool URL: {exc.reason}")
-        except HostUnresolved as exc:
+        except (HostUnresolved, asyncio.TimeoutError) as exc:
             emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
-            return finish(False, error=str(exc))
+            reason = str(exc) if isinstance(exc, HostUnresolved) else f"timeout after {timeout:g} s resolving the host"
+            return finish(False, error=reason)
         try:
             payload = wire.encode_json(body) if body is not None else None
         except (TypeError, ValueError) as exc:
@@ -309,7 +313,6 @@ class ToolRunner:
         if wire.needs_idempotency_key(method, headers):
             headers["Idempotency-Key"] = wire.idempotency_key(spec.id, method, url, body)
         emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
-        timeout = _clamp_timeout(spec.timeout)
         client = self._client or shared_http_client()
         try:
             reply = await asyncio.wait_for(wire.send(

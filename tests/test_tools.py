@@ -632,3 +632,23 @@ async def test_redirects_are_never_followed_even_by_a_client_that_would(server) 
             "moved", state=call.state, emit=call.emit)
     assert result is not None and (result.ok, result.status, result.error) == (False, 302, "HTTP 302")
     assert len(server.requests) == 1
+
+
+async def test_a_hanging_dns_lookup_is_bounded_by_the_tool_timeout() -> None:
+    async def hanging(host: str, port: int) -> list[str]:
+        await asyncio.sleep(10)
+        return ["93.184.216.34"]
+
+    async def unknown(host: str, port: int) -> list[str]:
+        raise OSError("Name or service not known")
+
+    playbook = booking_playbook(tools=[{"id": "slots", "url": "https://api.example.com/slots",
+                                        "timeout": 0.2}])
+    call = Call(playbook)
+    result = await ToolRunner(playbook, env={}, resolver=hanging).run_tool(
+        "slots", state=call.state, emit=call.emit)
+    assert result is not None and result.error == "timeout after 0.2 s resolving the host"
+    result = await ToolRunner(playbook, env={}, resolver=unknown).run_tool(
+        "slots", state=call.state, emit=call.emit)
+    assert result is not None and not is_refused(result)  # DNS can recover: a retry may help
+    assert result.error == "cannot resolve host 'api.example.com': Name or service not known"
