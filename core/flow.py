@@ -31,6 +31,7 @@ targets) and the coverage report: everything that did not map (empty when all di
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -39,7 +40,13 @@ from pydantic import ValidationError
 from .errors import Problem
 from .flow_schema import ConversationFlow, FlowEdge, FlowNode
 from .flow_text import FlowText, slot_spec
-from .problems import hint_for, join_path, problems_from_validation_error
+from .problems import (
+    drop_at,
+    hint_for,
+    join_path,
+    only_unknown_keys,
+    problems_from_validation_error,
+)
 
 J = "main"
 _SILENCE = re.compile(r"silence|no response|not respond", re.IGNORECASE)
@@ -50,12 +57,19 @@ _HANDLER = re.compile(r"\b(webhook|timer)\b(?:[\s.:_-]+([A-Za-z][A-Za-z0-9_]*))?
 
 def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], list[str]]:
     """``(full-format document, problems, coverage report)`` for a legacy flow document."""
+    unknown: list[Problem] = []
     try:
         flow = ConversationFlow.model_validate(doc)
     except ValidationError as exc:
-        return {}, problems_from_validation_error(exc, ConversationFlow), []
+        unknown = problems_from_validation_error(exc, ConversationFlow)
+        if not only_unknown_keys(exc):
+            return {}, unknown, []
+        pruned = copy.deepcopy(doc)  # check the rest too: one load reports every problem
+        for err in exc.errors(include_url=False):
+            drop_at(pruned, err["loc"])
+        flow = ConversationFlow.model_validate(pruned)
     compiler = _FlowCompiler(flow)
-    problems = compiler.check()
+    problems = [*unknown, *compiler.check()]
     if problems:
         return {}, problems, []
     return compiler.compile(), [], compiler.coverage

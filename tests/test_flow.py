@@ -143,9 +143,11 @@ def test_unknown_keys_in_a_flow_have_did_you_mean() -> None:
     doc = flow_doc()
     node(doc, "greet")["instrucion"] = "x"
     doc["nodes"][1]["edges"][0]["conditon"] = "x"
+    doc["nodes"][1]["edges"][0]["target_node_id"] = "chek_availability"
     with pytest.raises(PlaybookError) as err:
         Playbook.from_dict(doc)
     found = {p.path: p for p in err.value.problems}
+    assert found["nodes[1].edges[0].target_node_id"].hint == "did you mean 'check_availability'?"
     assert str(found["nodes[0].instrucion"]) == "nodes[0].instrucion: unknown key 'instrucion' (did you mean 'instruction'?)"
     assert found["nodes[1].edges[0].conditon"].hint == "did you mean 'condition'?"
 
