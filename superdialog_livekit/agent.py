@@ -63,7 +63,7 @@ class DialogAgent(Agent):
     async def on_enter(self) -> None:
         session = self.session
         dialog = self.dialog
-        dialog._say = self._say_late_line
+        dialog.bind_session(session)
         dialog.on_ended.append(self._after_terminal)
         session.on("user_state_changed", self._on_user_state)
         session.on("conversation_item_added", self._on_item)
@@ -119,18 +119,7 @@ class DialogAgent(Agent):
     def _on_close(self, ev: Any) -> None:
         self._spawn(self._persist())
 
-    # -- speaking lines outside the LLM stream ------------------------------------------------
-
-    def _say_line(self, text: str, utterances: list[Utterance], *, interruptible: bool) -> Any:
-        """Speak a runtime-logged line with ``session.say``; track what the caller heard."""
-        dialog = self.dialog
-        delivery = dialog._ledger.open("say")
-        delivery.add(text)
-        delivery.closed = True
-        delivery.attach(utterances)
-        handle = self.session.say(text, allow_interruptions=interruptible)
-        dialog.track_speech(delivery, handle, dialog.runtime.log.version)
-        return handle
+    # -- silence ------------------------------------------------------------------------------
 
     async def _silence(self) -> None:
         """The caller went quiet: the silence policy says what to say (or where to route)."""
@@ -139,7 +128,7 @@ class DialogAgent(Agent):
         self.dialog._publish()
         if turn.text:
             said = [e for e in turn.events if isinstance(e, Utterance) and e.role == "assistant"]
-            handle = self._say_line(turn.text, said, interruptible=turn.interruptible)
+            handle = self.dialog.say_line(turn.text, said, interruptible=turn.interruptible)
             await handle
         if rt.state.ended:
             await self._end_call(None)
@@ -147,23 +136,6 @@ class DialogAgent(Agent):
             # LiveKit only re-arms the away timer on a state change; after a prompt the caller
             # is still "away", so reset it to get the next prompt if the silence goes on.
             self.session.reset_away_timer()
-
-    def _say_late_line(self, text: str) -> None:
-        """The runtime's on_late_line: the runtime logged the line; speak it and track it."""
-        rt = self.dialog.runtime
-        said = []
-        for version in range(rt.log.version, max(0, rt.log.version - 20), -1):
-            event = rt.log.get(version)
-            if isinstance(event, Utterance) and event.role == "assistant" and event.text == text:
-                said = [event]
-                break
-        handle = self._say_line(text, said, interruptible=self._interruptible())
-        if rt.state.ended:
-            self._after_terminal(handle)
-
-    def _interruptible(self) -> bool:
-        ref = self.dialog.runtime.state.checkpoint
-        return bool(not ref or self.dialog.playbook.checkpoint(ref).interruptible)
 
     # -- ending the call -----------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._ledger = ChatLedger()
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
-        self._say: Callable[[str], Any] | None = None  # set by DialogAgent: speaks a late line
+        self._session: Any = None  # bound AgentSession: speaks late lines with say()
         self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
 
     # -- identity -------------------------------------------------------------------------------
@@ -318,12 +318,50 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             return  # no session (chat() called directly): matched later through chat_ctx
         handle.add_done_callback(done)
 
+    def bind_session(self, session: Any) -> None:
+        """Let this LLM speak lines outside a reply (late lines) with ``session.say``.
+
+        ``DialogAgent`` does this on enter; with a plain ``Agent``, call it after
+        ``session.start``.
+        """
+        self._session = session
+
+    def say_line(self, text: str, utterances: list[Utterance] | None = None, *,
+                 interruptible: bool | None = None) -> Any:
+        """Speak a line the runtime already logged with ``session.say`` and track what was heard.
+
+        ``utterances`` are its logged events (found in the log by text when not given).
+        Returns the SpeechHandle.
+        """
+        if self._session is None:
+            raise RuntimeError("no AgentSession bound: call DialogMachineLLM.bind_session(session)")
+        rt = self.runtime
+        if utterances is None:
+            utterances = []
+            for version in range(rt.log.version, max(0, rt.log.version - 50), -1):
+                event = rt.log.get(version)
+                if isinstance(event, Utterance) and event.role == "assistant" and event.text == text:
+                    utterances = [event]
+                    break
+        if interruptible is None:
+            ref = rt.state.checkpoint
+            interruptible = bool(not ref or self._playbook.checkpoint(ref).interruptible)
+        delivery = self._ledger.open("say")
+        delivery.add(text)
+        delivery.closed = True
+        delivery.attach(utterances)
+        handle = self._session.say(text, allow_interruptions=interruptible)
+        self.track_speech(delivery, handle, rt.log.version)
+        return handle
+
     def _late_line(self, text: str) -> None:
-        """The runtime's on_late_line: a line due after the reply ended, spoken with ``say``."""
-        if self._say is None:
-            logger.warning("late line not spoken (no session bound to DialogMachineLLM): %r", text)
-            return
-        self._say(text)
+        """The runtime's on_late_line (the line is logged already): speak it now.
+
+        Raising (no session bound) lets the runtime record that nobody heard it.
+        """
+        handle = self.say_line(text)
+        if self.runtime.state.ended:
+            self._ended(handle)
 
     def _ended(self, handle: Any) -> None:
         if self._ended_fired:

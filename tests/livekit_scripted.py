@@ -37,6 +37,8 @@ class _Stream(llm.LLMStream):
                     id=rid, delta=llm.ChoiceDelta(role="assistant", content=piece)))
                 sent += 1
             if self._calls:
+                if self._delay:
+                    await asyncio.sleep(self._delay)  # a slow Director: the verdict comes late
                 self._event_ch.send_nowait(llm.ChatChunk(
                     id=rid, delta=llm.ChoiceDelta(role="assistant", tool_calls=self._calls)))
             self._event_ch.send_nowait(llm.ChatChunk(id=rid, usage=llm.CompletionUsage(

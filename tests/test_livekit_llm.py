@@ -254,3 +254,43 @@ async def test_call_values_reach_the_session_start_event(playbook: Playbook) -> 
     await _collect(dialog, llm.ChatContext.empty())
     assert dialog.call_values["calling_number"] == "+4915112345678"
     assert dialog.runtime.log[0].call["channel"] == "phone"
+
+
+LATE = """
+journeys:
+  main:
+    checkpoints:
+      - id: ask
+        gate: hard
+        say_verbatim: "Welcome! How many are you?"
+        slots:
+          party_size: {type: int, required: true}
+        advance_when:
+          - {id: got, when: "slots.party_size", judge: expr, to: main.done}
+      - id: done
+        say_verbatim: "Booked for {{ slots.party_size }}. Goodbye!"
+        terminal: true
+        outcome: booked
+"""
+
+
+async def test_a_late_line_is_spoken_with_say_logged_once_and_ends_the_call() -> None:
+    director = DirectorLLM([{"slots": {"party_size": 4}}], delay=0.5)
+    dialog = DialogMachineLLM(Playbook.from_yaml(LATE), talker=TalkerLLM(["x"]), director=director,
+                              barrier_timeout=0.02, hold_timeout=0.05)
+    session = _session(dialog)
+    closed = asyncio.get_running_loop().create_future()
+    session.on("close", lambda ev: closed.done() or closed.set_result(ev))
+    await session.start(DialogAgent(dialog))
+    try:
+        result = await session.run(user_input="four of us")
+        result.expect.next_event().is_message(role="assistant")  # the hold ladder
+        assert "Booked" not in result.events[0].item.text_content
+        await asyncio.wait_for(closed, 5.0)
+    finally:
+        await session.aclose()
+    assert _messages(session)[-1] == ("assistant", "Booked for 4. Goodbye!")
+    logged = [e for e in dialog.runtime.log
+              if isinstance(e, Utterance) and e.text == "Booked for 4. Goodbye!"]
+    assert len(logged) == 1
+    assert not any(isinstance(e, SpeechCorrection) for e in dialog.runtime.log)
