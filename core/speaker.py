@@ -53,6 +53,7 @@ class Speaker:
         self.talker = talker
         self.progress = progress
         self.token_budget = token_budget
+        self.cps = playbook.checkpoints  # looked up once (pydantic private attribute)
         # checkpoint ref -> entry version whose say_verbatim was spoken (once per entry)
         self.verbatim_spoken: dict[str, int] = {}
 
@@ -79,9 +80,8 @@ class Speaker:
         return self.progress.verbatim_line(ref, entry)
 
     def never_say(self, ref: str | None) -> list[str]:
-        if ref is None or ref not in self.playbook.checkpoints:
-            return []
-        return self.playbook.checkpoint(ref).never_say
+        cp = self.cps.get(ref) if ref is not None else None
+        return cp.never_say if cp is not None else []
 
     # --- speaking -----------------------------------------------------------------------
 
@@ -246,7 +246,7 @@ class Speaker:
         ref = state.checkpoint
         if ref is None or ref in reply.talker_at or ref in reply.lines_at:
             return
-        cp = self.playbook.checkpoint(ref)
+        cp = self.cps[ref]
         if state.ended and not cp.terminal:
             return  # ended by a policy (max_call_seconds), which spoke its own line
         reply.followed_through = True

@@ -114,7 +114,7 @@ class TurnFlow:
         """Steer after N turns at one checkpoint; after N+2 route only to ``on_failure``."""
         rt = self.rt
         ref = rt.state.checkpoint
-        cp = rt.playbook.checkpoint(ref)
+        cp = rt._progress.cps[ref]
         budget = cp.turn_budget
         turns = rt.state.user_turns_in_checkpoint
         if budget is None or turns < budget:
@@ -136,7 +136,7 @@ class TurnFlow:
         """(a) or the ladder, then the rest once the decision is in."""
         rt = self.rt
         speaker = rt._speaker
-        cp = rt.playbook.checkpoint(rt.state.checkpoint)
+        cp = rt._progress.cps[rt.state.checkpoint]
         if cp.gate == "hard":
             source = speaker.ladder(reply, task, barrier=rt._barrier_timeout,
                                     hold=rt._hold_timeout,
@@ -272,7 +272,7 @@ class TurnFlow:
         if spec is None:
             return  # logged as an external event; no handler listens to it
         before = rt.state.checkpoint
-        cp = rt.playbook.checkpoint(before)
+        cp = rt._progress.cps[before]
         outcome = await rt._runner.run_pipeline(spec.pipeline, state=rt.state, emit=rt._emit,
                                                 hard_gate=cp.gate == "hard", args=payload)
         rt._progress._write_error_context(outcome)
