@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from loopback import LoopbackServer, RecordedRequest, Reply, closed_port
 from superdialog_core import events as ev
-from superdialog_core.http import is_secret_key, redact_url
+from superdialog_core.http import is_secret_key, redact_body, redact_url
 from superdialog_core.log import EventLog
 from superdialog_core.playbook import Playbook
 from superdialog_core.state import ConversationState
@@ -652,3 +654,24 @@ async def test_a_hanging_dns_lookup_is_bounded_by_the_tool_timeout() -> None:
         "slots", state=call.state, emit=call.emit)
     assert result is not None and not is_refused(result)  # DNS can recover: a retry may help
     assert result.error == "cannot resolve host 'api.example.com': Name or service not known"
+
+
+_plain_keys = st.sampled_from(["name", "day", "party", "note", "items", "author", "shipping"])
+_secret_keys = st.sampled_from(["password", "api_key", "X-Auth-Token", "clientSecret", "pin",
+                                "refresh_token", "Authorization", "otp"])
+
+
+@given(st.recursive(
+    st.text(min_size=0, max_size=8) | st.integers(),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(_plain_keys, inner, max_size=3)
+    | st.dictionaries(_secret_keys, st.just("SECRET-VALUE-1"), min_size=1, max_size=2)
+    .flatmap(lambda secrets: st.dictionaries(_plain_keys, inner, max_size=2)
+             .map(lambda plain: {**plain, **secrets})),
+    max_leaves=12,
+))
+def test_redacted_bodies_never_contain_secret_values_or_env_values(body: Any) -> None:
+    env = {"API_TOKEN": "ENV-VALUE-77"}
+    logged = json.dumps(redact_body({"wrapper": body, "note": "ENV-VALUE-77 inside"}, env))
+    assert "SECRET-VALUE-1" not in logged
+    assert "ENV-VALUE-77" not in logged
