@@ -438,7 +438,11 @@ class _Compiler:
     def _Compare(self, node: ast.Compare) -> _Node:
         first = self.compile(node.left)
         pairs = []
+        left_node: ast.expr = node.left
         for op, right in zip(node.ops, node.comparators, strict=True):
+            if isinstance(op, (ast.Is, ast.IsNot)):
+                self._check_identity(node, left_node, right)
+            left_node = right
             operand = self.compile(right)
             members = getattr(operand, "members", None)
             if members is not None and isinstance(op, (ast.In, ast.NotIn)):
@@ -461,6 +465,17 @@ class _Compiler:
             return True
 
         return chained
+
+    def _check_identity(self, node: ast.Compare, left: ast.expr, right: ast.expr) -> None:
+        """`x is "a"` or `x is 1000` depends on object identity and silently never fires."""
+        for side in (left, right):
+            literal = isinstance(side, (ast.List, ast.Tuple, ast.UnaryOp)) or (
+                isinstance(side, ast.Constant) and side.value not in (None, True, False)
+            )
+            if literal or (isinstance(side, ast.Constant) and type(side.value) is int):
+                raise self.fail(
+                    node, "'is' only tests None, True or False; compare values with == or !="
+                )
 
     def _Call(self, node: ast.Call) -> _Node:
         if not isinstance(node.func, ast.Name):

@@ -474,3 +474,22 @@ def test_module_evaluate_reports_through_on_error() -> None:
     details: list[str] = []
     assert evaluate("len(slots.n)", SCOPE, details.append) is None
     assert details and "len() of int" in details[0]
+
+
+# --- hardening (H10) -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    ['slots.city is "Pune"', "slots.n is 1000", "slots.n is not 1", "1 is slots.n",
+     "slots.n is -1", "slots.n is []", "slots.n is (1, 2)", "slots.n is 1.5",
+     "slots.n == 1 is 1"],
+)  # fmt: skip
+def test_identity_against_a_literal_value_is_a_load_error(text: str) -> None:
+    with pytest.raises(ExprError, match="'is' only tests None, True or False"):
+        compile_expr(text)
+
+
+def test_identity_against_none_and_booleans_still_works() -> None:
+    scope = {"slots": {"flag": True, "n": 0}}
+    assert evaluate("slots.flag is True and slots.n is not None", scope) is True
+    assert evaluate("slots.n is False", scope) is False  # 0 is not False
+    assert evaluate("slots.x is None and slots.n is not slots.x", scope) is True
