@@ -95,7 +95,7 @@ async def test_barge_in_logs_heard_text_applies_the_decision_and_the_call_goes_o
     playbook: Playbook,
 ) -> None:
     talker = TalkerLLM(["one two three four five six seven eight nine ten eleven twelve",
-                        "Is that right?", "Anything else?"], delay=0.03)
+                        "Is that right?", "Anything else?"], delay=0.08)
     director = DirectorLLM([{"slots": {"party_size": 4}}, {"advance": "main.done"}])
     dialog = DialogMachineLLM(playbook, talker=talker, director=director)
     async with _session(dialog) as session:
