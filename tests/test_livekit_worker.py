@@ -20,8 +20,9 @@ from superdialog_livekit import DialogMachineLLM
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import worker  # noqa: E402
+from tests.paths import EXAMPLES as EXAMPLES_DIR  # noqa: E402
 
-EXAMPLE = Path("/work/shared/examples/dental_booking.yaml")
+EXAMPLE = EXAMPLES_DIR / "dental_booking.yaml"
 if not EXAMPLE.exists():
     EXAMPLE = ROOT.parent / "shared" / "examples" / "dental_booking.yaml"
 

@@ -13,8 +13,10 @@ from superdialog_core import Playbook, PlaybookError
 from superdialog_core.loader import detect_format, load_document, load_text
 from superdialog_core.yaml12 import dump_yaml_text, load_yaml
 
+from tests.paths import EXAMPLES as EXAMPLES_DIR
+
 FIXTURES = Path(__file__).parent / "fixtures"
-EXAMPLES = sorted(Path("/work/shared/examples").glob("*.yaml"))
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 PLAYBOOKS = sorted((Path(__file__).parent.parent / "playbooks").glob("*.y*ml"))
 ALL_FILES = [
     *EXAMPLES,

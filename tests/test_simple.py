@@ -11,8 +11,10 @@ from superdialog_core import Playbook, PlaybookError
 from superdialog_core.errors import Problem
 from superdialog_core.simple import language_name
 
+from tests.paths import EXAMPLES as EXAMPLES_DIR
+
 FIXTURES = Path(__file__).parent / "fixtures"
-INSURANCE = Path("/work/shared/examples/insurance_callback_simple.yaml")
+INSURANCE = EXAMPLES_DIR / "insurance_callback_simple.yaml"
 
 
 def steps(**first: Any) -> dict[str, Any]:
