@@ -36,6 +36,9 @@ from .turnflow import TurnFlow
 
 logger = logging.getLogger("superdialog_core.runtime")
 
+# How long an external event (webhook, timer, silence) waits for a reply still streaming.
+EXTERNAL_PATIENCE = 30.0
+
 
 @dataclass
 class Turn:
@@ -237,8 +240,17 @@ class Runtime:
             self._speaker.verbatim_spoken[ref] = self.state.checkpoint_entered_version
         return True
 
-    async def _before_turn(self) -> None:
-        """Let the previous decision (and its late lines) land first, then make sure we started."""
+    async def _before_turn(self, *, patience: float = 0.0) -> None:
+        """Let the previous decision (and its late lines) land first, then make sure we started.
+
+        A stream still open is superseded (the caller spoke over it); an external event waits
+        up to ``patience`` seconds for it to finish first, since nobody interrupted it.
+        """
+        live = self._live
+        if live is not None and patience > 0:
+            closed = asyncio.get_running_loop().create_future()
+            live[0].on_close.append(closed)
+            await finished(closed, patience)
         if self._live is not None:
             self._supersede(*self._live)
         if self._inflight is not None:
@@ -287,7 +299,7 @@ class Runtime:
         return await self._drain(self._external_stream(kind, name, dict(payload or {})))
 
     async def _external_stream(self, kind: str, name: str, payload: dict[str, Any]) -> AsyncIterator[str]:
-        await self._before_turn()
+        await self._before_turn(patience=EXTERNAL_PATIENCE)
         reply = self._speaker.new_reply()
         self._sink = []
         self._live = (reply, None)
@@ -361,6 +373,9 @@ class Runtime:
 
     def _close(self, reply: Reply, completed: bool, task: asyncio.Task[None] | None) -> None:
         """Log a barge-in's prefix, hand a cut reply's lines to late delivery, record the turn."""
+        for waiter in reply.on_close:
+            if not waiter.done():
+                waiter.set_result(None)
         if reply.superseded:
             return  # the newer turn settled this one when it took over
         self._live = None

@@ -51,6 +51,7 @@ class Reply:
     cut: bool = False  # the barrier ladder ended the reply before the decision landed
     followed_through: bool = False  # at most one follow-through per reply
     superseded: bool = False  # a newer turn began while this stream was still open
+    on_close: list[Any] = field(default_factory=list)  # futures resolved when the reply closes
     _open: Segment | None = None
     _pieces: list[str] = field(default_factory=list)
 

@@ -521,3 +521,17 @@ async def test_a_question_for_a_value_captured_meanwhile_gets_a_repair_note() ->
     await calm.start()
     await calm.user_turn("it's for Anna")
     assert not [n for n in calm.state.pending_notes if n.kind == "repair"]  # it asked for party
+
+
+async def test_an_external_event_waits_for_the_reply_still_streaming() -> None:
+    rt = runtime(ScriptedDirector(), ScriptedTalker(["Hi.", "Let me think about that for a moment."]))
+    await rt.start()
+    stream = rt.stream_turn("hello")
+    first = await stream.__anext__()
+    silence = asyncio.create_task(rt.external("silence", "user_away"))
+    await asyncio.sleep(0.05)
+    assert not silence.done()  # it waits instead of cutting the reply
+    rest = [chunk async for chunk in stream]
+    turn = await silence
+    assert first + "".join(rest) == "Let me think about that for a moment."
+    assert not spoken(rt)[-2].interrupted and turn.text == "Are you still there?"
