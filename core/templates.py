@@ -146,24 +146,28 @@ def _is_literal(text: str) -> bool:
     return "{{" not in text and "{%" not in text and "{#" not in text
 
 
-def _parse(env: _Environment, text: Any, what: str) -> nodes.Template:
+_References = tuple[frozenset[str], frozenset[str], tuple[_Path, ...]]
+
+
+def _parse(env: _Environment, text: Any, what: str) -> tuple[nodes.Template, _References]:
+    """The syntax tree and its references (slot keys, root names, static paths)."""
     if not isinstance(text, str):
         raise TemplateError(f"a {what} template must be a string, got {type(text).__name__}")
     try:
         tree = env.parse(text)
+        # Playbook templates stand alone: there is no loader to include or extend from.
+        for node in tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)):
+            tag = {"Extends": "extends", "Include": "include", "Import": "import"}.get(
+                type(node).__name__, "from ... import"
+            )
+            raise TemplateError(
+                f"line {node.lineno}: {{% {tag} %}} is not supported in playbook templates"
+            )
+        return tree, _references(tree)  # the tree walks recurse too
     except TemplateSyntaxError as exc:
         raise TemplateError(f"template syntax error at line {exc.lineno}: {exc.message}") from None
     except (RecursionError, MemoryError):
         raise TemplateError("template nested too deeply") from None
-    # Playbook templates stand alone: there is no loader to include or extend from.
-    for node in tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)):
-        tag = {"Extends": "extends", "Include": "include", "Import": "import"}.get(
-            type(node).__name__, "from ... import"
-        )
-        raise TemplateError(
-            f"line {node.lineno}: {{% {tag} %}} is not supported in playbook templates"
-        )
-    return tree
 
 
 def _compile(env: _Environment, source: str | nodes.Template) -> Any:
@@ -175,7 +179,7 @@ def _compile(env: _Environment, source: str | nodes.Template) -> Any:
         raise TemplateError("template nested too deeply") from None
 
 
-def _references(tree: nodes.Node) -> tuple[frozenset[str], frozenset[str], tuple[_Path, ...]]:
+def _references(tree: nodes.Node) -> _References:
     """Slot keys read (``slots.x``, ``slots["x"]``), root names, and every static path."""
     slot_refs: set[str] = set()
     paths: set[_Path] = set()
@@ -268,9 +272,8 @@ class SpeechTemplate:
         self.roots: frozenset[str] = frozenset()
         if _is_literal(text):
             return
-        tree = _parse(_SPEECH_ENV, text, "speech")
-        self._template = _compile(_SPEECH_ENV, text)  # before the walk: finds unknown filters
-        self.slot_refs, self.roots, _ = _references(tree)
+        tree, (self.slot_refs, self.roots, _) = _parse(_SPEECH_ENV, text, "speech")
+        self._template = _compile(_SPEECH_ENV, text)  # finds unknown filters and tests
         self._pieces = _split(tree)
 
     def render(self, scope: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -342,9 +345,8 @@ class ToolTemplate:
         self.roots: frozenset[str] = frozenset()
         if _is_literal(text):
             return
-        tree = _parse(_TEXT_ENV, text, "tool")
-        self._template = _compile(_TEXT_ENV, text)  # before the walk: finds unknown filters
-        self.slot_refs, self.roots, self._paths = _references(tree)
+        _, (self.slot_refs, self.roots, self._paths) = _parse(_TEXT_ENV, text, "tool")
+        self._template = _compile(_TEXT_ENV, text)  # finds unknown filters and tests
 
     def render(self, scope: Mapping[str, Any]) -> str:
         """The rendered text; refuses rather than send anything half-filled."""
@@ -371,12 +373,11 @@ class _TypedLeaf:
 
     def __init__(self, text: str, inner: str) -> None:
         self._text = inner.strip()  # named in a refusal without the braces
-        tree = _parse(_VALUE_ENV, text, "tool body")
+        _, (self.slot_refs, self.roots, self._paths) = _parse(_VALUE_ENV, text, "tool body")
         try:
             self._expression = _VALUE_ENV.compile_expression(inner, undefined_to_none=False)
         except TemplateSyntaxError as exc:  # also unknown filters
             raise TemplateError(f"template error in {text!r}: {exc.message}") from None
-        self.slot_refs, self.roots, self._paths = _references(tree)
 
     def render(self, scope: Mapping[str, Any]) -> Any:
         try:

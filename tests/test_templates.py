@@ -376,3 +376,12 @@ def test_body_typed_leaf_hands_out_a_copy_not_the_state() -> None:
 def test_body_typed_leaf_turns_tuples_and_generators_into_lists() -> None:
     body = compile_tool_body({"t": "{{ (1, 2) }}", "g": "{{ [3, 4] | map('string') }}"})
     assert body.render({}) == {"t": [1, 2], "g": ["3", "4"]}
+
+
+@pytest.mark.parametrize(
+    "source", ["{{ slots.x" + "[0]" * 3000 + " }}", "{{ slots.x" + " | lower" * 2000 + " }}"]
+)
+def test_deep_templates_are_a_compile_error_not_a_recursion_error(source: str) -> None:
+    for compile_ in (compile_speech, compile_tool_text):
+        with pytest.raises(TemplateError, match="nested too deeply"):
+            compile_(source)
