@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from livekit.plugins import openai
+from superdialog_core.models import DirectorRequest, TalkerRequest
 
 from superdialog_livekit.adapters import (
     LiveKitDirector,
@@ -26,11 +27,12 @@ SCHEMA = {
 }
 
 
-def _request(**kw: object) -> SimpleNamespace:
-    base = {"messages": [{"role": "system", "content": "Decide."}, {"role": "user", "content": "four of us"}],
-            "schema": SCHEMA, "tool_name": "record_verdict"}
+def _request(**kw: Any) -> DirectorRequest:
+    base: dict[str, Any] = {
+        "messages": [{"role": "system", "content": "Decide."}, {"role": "user", "content": "four of us"}],
+        "schema": SCHEMA, "tool_name": "record_verdict"}
     base.update(kw)
-    return SimpleNamespace(**base)
+    return DirectorRequest(**base)
 
 
 def _llm(server: FakeOpenAIServer) -> openai.LLM:
@@ -93,7 +95,7 @@ async def test_talker_streams_text_deltas_and_tallies_usage() -> None:
         tally = UsageTally()
         token = current_usage.set(tally)
         try:
-            pieces = [p async for p in talker.speak(SimpleNamespace(
+            pieces = [p async for p in talker.speak(TalkerRequest(
                 messages=[{"role": "system", "content": "Be brief."}], purpose="reply", spoke_from_version=3))]
         finally:
             current_usage.reset(token)
@@ -109,7 +111,9 @@ async def test_talker_cancellation_closes_the_http_stream() -> None:
         got: list[str] = []
 
         async def consume() -> None:
-            async for piece in talker.speak(SimpleNamespace(messages=[{"role": "user", "content": "hi"}])):
+            request = TalkerRequest(messages=[{"role": "user", "content": "hi"}], purpose="opening",
+                                    spoke_from_version=1)
+            async for piece in talker.speak(request):
                 got.append(piece)
 
         task = asyncio.create_task(consume())
@@ -127,3 +131,11 @@ def test_chat_context_rejects_unknown_roles() -> None:
     assert [m.role for m in ctx.items] == ["system", "assistant"]
     with pytest.raises(ValueError, match=r"messages\[0\]\.role"):
         chat_context([{"role": "tool", "content": "x"}])
+
+
+def test_adapters_satisfy_the_engine_protocols() -> None:
+    from superdialog_core.models import DirectorModel, TalkerModel
+
+    model = openai.LLM(model="m", base_url="http://127.0.0.1:1/v1", api_key="k")
+    assert isinstance(LiveKitDirector(model), DirectorModel)
+    assert isinstance(LiveKitTalker(model), TalkerModel)
