@@ -31,6 +31,7 @@ from .playbook import Playbook
 from .quiesce import Progress
 from .speaker import Speaker, finished
 from .speech import Reply, Segment
+from .startup import cached_playbook_hash, warm_values_once
 from .state import ConversationState
 from .turnflow import TurnFlow
 
@@ -54,29 +55,6 @@ class Turn:
     outcome: str | None
     events: list[Event] = field(default_factory=list)
     interruptible: bool = True
-
-
-def _options_problems(
-    director: Any, talker: Any, barrier_timeout: float, hold_timeout: float | None,
-    director_timeout: float, token_budget: int,
-) -> list[Problem]:
-    problems: list[Problem] = []
-    if not callable(getattr(director, "decide", None)):
-        problems.append(Problem("director", "the director has no decide(request) method",
-                                "pass a DirectorModel, e.g. ScriptedDirector or a plugin adapter"))
-    if not callable(getattr(talker, "speak", None)):
-        problems.append(Problem("talker", "the talker has no speak(request) method",
-                                "pass a TalkerModel, e.g. ScriptedTalker or a plugin adapter"))
-    if barrier_timeout < 0:
-        problems.append(Problem("barrier_timeout", f"must be >= 0 seconds, got {barrier_timeout}"))
-    if hold_timeout is not None and hold_timeout <= 0:
-        problems.append(Problem("hold_timeout", f"must be > 0 seconds, got {hold_timeout}",
-                                "or None for policies.hold_timeout"))
-    if director_timeout <= 0:
-        problems.append(Problem("director_timeout", f"must be > 0 seconds, got {director_timeout}"))
-    if token_budget < 1:
-        problems.append(Problem("token_budget", f"must be at least 1, got {token_budget}"))
-    return problems
 
 
 class Runtime:
@@ -105,6 +83,7 @@ class Runtime:
             anchor_time,
             check_call_start,
             check_call_values,
+            check_options,
             language_of,
             phone_region,
             resolve_env,
@@ -114,7 +93,7 @@ class Runtime:
 
         if not isinstance(playbook, Playbook):
             playbook = Playbook.load(playbook)
-        problems = _options_problems(director, talker, barrier_timeout, hold_timeout,
+        problems = check_options(director, talker, barrier_timeout, hold_timeout,
                                      director_timeout, token_budget)
         if problems:
             raise ConfigError(problems)
@@ -202,7 +181,7 @@ class Runtime:
                 completed = True
                 return
             self._emit(SessionStart(
-                session_id=self.session_id, playbook_hash=_hash(self.playbook),
+                session_id=self.session_id, playbook_hash=cached_playbook_hash(self.playbook),
                 anchor=self._anchor.isoformat(), timezone=self.playbook.guidelines.timezone,
                 call=dict(self._call), env_keys=sorted(self._env),
             ))
@@ -211,7 +190,7 @@ class Runtime:
                 self._emit(SlotWrite(key=key, value=value, status="confirmed", by="call_start"))
             self._progress.advance(self.playbook.initial_ref, rule_id="init", by="init")
             await self._progress.settle()
-            _warm_up_values(self.playbook)
+            warm_values_once(self.playbook)
             lines = self._progress.take_lines()
             if speak:
                 self._undelivered = lines
@@ -425,46 +404,6 @@ class Runtime:
             if not pending:
                 return
             await asyncio.wait(pending)
-
-
-_HASHES: dict[int, tuple[Playbook, str]] = {}
-
-
-def _hash(playbook: Playbook) -> str:
-    """The playbook's digest, computed once per loaded playbook (shared by every call)."""
-    from .startup import playbook_hash
-
-    cached = _HASHES.get(id(playbook))
-    if cached is None or cached[0] is not playbook:
-        if len(_HASHES) > 64:
-            _HASHES.clear()
-        cached = (playbook, playbook_hash(playbook))
-        _HASHES[id(playbook)] = cached
-    return cached[1]
-
-
-_WARMED = False
-
-
-def _warm_up_values(playbook: Playbook) -> None:
-    """Pay dateparser's slow first call in a thread once per process, if dates can be said."""
-    global _WARMED
-    if _WARMED:
-        return
-    types = {spec.type for cp in playbook.checkpoints.values() for spec in cp.slots.values()}
-    if not types & {"date", "time", "datetime"}:
-        return
-    _WARMED = True
-    from .startup import language_of
-    from .values import warm_up
-
-    future = asyncio.get_running_loop().run_in_executor(None, warm_up, language_of(playbook))
-    future.add_done_callback(_report_warm_up)
-
-
-def _report_warm_up(future: asyncio.Future[None]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        logger.warning("warming the value parsers failed: %r", future.exception())
 
 
 __all__ = ["Runtime", "Turn"]

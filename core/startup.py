@@ -7,8 +7,10 @@ caller hears anything (SPEC §2.2, §4.4, §4.5, §13).
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
+import logging
 import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -17,6 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import CallStartError, ConfigError, Problem
 from .playbook import ENV_REF, Playbook
+
+logger = logging.getLogger("superdialog_core.runtime")
 
 # The call.* names of SPEC §4.5; anything else in ``call`` is a typo worth reporting.
 CALL_KEYS = (
@@ -202,14 +206,78 @@ def playbook_hash(playbook: Playbook) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def check_options(
+    director: Any, talker: Any, barrier_timeout: float, hold_timeout: float | None,
+    director_timeout: float, token_budget: int,
+) -> list[Problem]:
+    """Problems with the Runtime's models and options (empty when all is well)."""
+    problems: list[Problem] = []
+    if not callable(getattr(director, "decide", None)):
+        problems.append(Problem("director", "the director has no decide(request) method",
+                                "pass a DirectorModel, e.g. ScriptedDirector or a plugin adapter"))
+    if not callable(getattr(talker, "speak", None)):
+        problems.append(Problem("talker", "the talker has no speak(request) method",
+                                "pass a TalkerModel, e.g. ScriptedTalker or a plugin adapter"))
+    if barrier_timeout < 0:
+        problems.append(Problem("barrier_timeout", f"must be >= 0 seconds, got {barrier_timeout}"))
+    if hold_timeout is not None and hold_timeout <= 0:
+        problems.append(Problem("hold_timeout", f"must be > 0 seconds, got {hold_timeout}",
+                                "or None for policies.hold_timeout"))
+    if director_timeout <= 0:
+        problems.append(Problem("director_timeout", f"must be > 0 seconds, got {director_timeout}"))
+    if token_budget < 1:
+        problems.append(Problem("token_budget", f"must be at least 1, got {token_budget}"))
+    return problems
+
+
+_HASHES: dict[int, tuple[Playbook, str]] = {}
+
+
+def cached_playbook_hash(playbook: Playbook) -> str:
+    """The playbook's digest, computed once per loaded playbook (shared by every call)."""
+    cached = _HASHES.get(id(playbook))
+    if cached is None or cached[0] is not playbook:
+        if len(_HASHES) > 64:
+            _HASHES.clear()
+        cached = (playbook, playbook_hash(playbook))
+        _HASHES[id(playbook)] = cached
+    return cached[1]
+
+
+_WARMED = False
+
+
+def warm_values_once(playbook: Playbook) -> None:
+    """Pay dateparser's slow first call in a thread once per process, if dates can be said."""
+    global _WARMED
+    if _WARMED:
+        return
+    types = {spec.type for cp in playbook.checkpoints.values() for spec in cp.slots.values()}
+    if not types & {"date", "time", "datetime"}:
+        return
+    _WARMED = True
+    from .values import warm_up
+
+    future = asyncio.get_running_loop().run_in_executor(None, warm_up, language_of(playbook))
+    future.add_done_callback(_report_warm_up)
+
+
+def _report_warm_up(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("warming the value parsers failed: %r", future.exception())
+
+
 __all__ = [
     "CALL_KEYS",
     "anchor_time",
+    "cached_playbook_hash",
     "check_call_start",
     "check_call_values",
+    "check_options",
     "language_of",
     "phone_region",
     "playbook_hash",
     "resolve_env",
+    "warm_values_once",
     "zone_of",
 ]
