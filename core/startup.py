@@ -2,7 +2,8 @@
 
 Everything here runs once per call at ``Runtime`` construction and raises a ``ConfigError`` or
 ``CallStartError`` that lists every problem at once, so a misconfigured call fails before the
-caller hears anything (SPEC §2.2, §4.4, §4.5, §13).
+caller hears anything (SPEC §2.2, §4.4, §4.5, §13). Also once-per-playbook or once-per-process
+work the runtime needs at start: the playbook digest and the value parsers' warm-up.
 """
 
 from __future__ import annotations

@@ -535,3 +535,26 @@ async def test_an_external_event_waits_for_the_reply_still_streaming() -> None:
     turn = await silence
     assert first + "".join(rest) == "Let me think about that for a moment."
     assert not spoken(rt)[-2].interrupted and turn.text == "Are you still there?"
+
+
+async def test_cancelling_the_consumer_mid_token_logs_the_prefix_and_keeps_the_decision() -> None:
+    director = ScriptedDirector([{"slots": {"name": "Bo"}}], delay=0.05)
+    talker = ScriptedTalker(["Hi.", "Nice to meet you, Bo, how many are coming?"], token_delay=0.05)
+    rt = runtime(director, talker)
+    await rt.start()
+    got: list[str] = []
+
+    async def consume() -> None:
+        async for chunk in rt.stream_turn("I'm Bo"):
+            got.append(chunk)
+
+    task = asyncio.create_task(consume())
+    while len(got) < 3:
+        await asyncio.sleep(0.01)
+    task.cancel()  # what LiveKit does to the LLM stream on an interruption
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await rt.wait_idle()
+    cut = spoken(rt)[-1]
+    assert cut.interrupted and cut.text == "".join(got)
+    assert rt.state.slots["name"].value == "Bo"
