@@ -7,6 +7,12 @@ answer, fenced or not, or a tool call whose arguments do not parse) is returned 
 engine's parser, which retries once with the error.
 
 The Talker is one streamed chat completion per segment; only content deltas are yielded.
+
+A model may carry ``ModelHints`` (``model.superdialog_hints``; ``local/...`` URIs set them):
+``json_verdicts`` asks the Director for JSON text through ``response_format`` with the
+per-checkpoint schema instead of a tool call (llama.cpp's server streams tool calls in a way
+LiveKit's openai plugin reads as empty arguments), and the ``max_tokens`` bounds keep a small
+model short.
 """
 
 from __future__ import annotations
@@ -23,9 +29,42 @@ from livekit.agents import APIConnectOptions, llm
 # The engine runs its own retry (once, on invalid output) and its own director_timeout, so the
 # Director's transport never retries: "no hidden model calls" (ARCHITECTURE property 5).
 DIRECTOR_CONN_OPTIONS = APIConnectOptions(max_retry=0, timeout=10.0)
-# The openai plugin refuses to retry once a chunk was sent, so one quick retry before the first
-# token is safe for the Talker and hides a dropped keep-alive connection.
-TALKER_CONN_OPTIONS = APIConnectOptions(max_retry=1, retry_interval=0.2, timeout=10.0)
+# Not every plugin refuses to retry after its first chunk (the openai one does), and a retry
+# after text went out would speak it twice: the Talker never retries either; a failed segment
+# is answered by the engine's recovery line.
+TALKER_CONN_OPTIONS = APIConnectOptions(max_retry=0, timeout=10.0)
+
+
+@dataclass(frozen=True)
+class ModelHints:
+    """How the adapters should ask one LiveKit LLM (set as ``model.superdialog_hints``).
+
+    ``json_verdicts``: the Director asks for a JSON object through ``response_format`` with the
+    verdict schema (made llama.cpp-safe) and parses the text, instead of a forced tool call.
+    ``talker_max_tokens`` / ``director_max_tokens``: ``max_tokens`` per completion (None: no
+    bound). ``timeout``: the HTTP timeout in seconds (a local server answers one request at a
+    time, so a request may wait for the other role's). ``temperature`` for the Director.
+    """
+
+    json_verdicts: bool = False
+    talker_max_tokens: int | None = None
+    director_max_tokens: int | None = None
+    timeout: float | None = None
+    director_temperature: float | None = 0.0
+
+
+def model_hints(model: Any) -> ModelHints | None:
+    """The ``ModelHints`` a LiveKit LLM carries, or None."""
+    hints = getattr(model, "superdialog_hints", None)
+    return hints if isinstance(hints, ModelHints) else None
+
+
+def _with_timeout(options: APIConnectOptions, hints: ModelHints | None) -> APIConnectOptions:
+    if hints is None or hints.timeout is None or hints.timeout <= options.timeout:
+        return options
+    return APIConnectOptions(max_retry=options.max_retry, retry_interval=options.retry_interval,
+                             timeout=hints.timeout)
+
 
 _VERDICT_DESCRIPTION = (
     "Record your decision about the caller's latest turn: extracted slot values, confirmations, "
@@ -84,7 +123,13 @@ class LiveKitTalker:
         self.conn_options = conn_options
 
     async def speak(self, request: Any) -> AsyncIterator[str]:
-        stream = self.llm.chat(chat_ctx=chat_context(request.messages), conn_options=self.conn_options)
+        hints = model_hints(self.llm)
+        extra: dict[str, Any] = {}
+        if hints is not None and hints.talker_max_tokens:
+            extra["max_tokens"] = hints.talker_max_tokens
+        stream = self.llm.chat(chat_ctx=chat_context(request.messages),
+                               conn_options=_with_timeout(self.conn_options, hints),
+                               **({"extra_kwargs": extra} if extra else {}))
         tally = current_usage.get()
         # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
         async with stream:
@@ -103,7 +148,7 @@ class DirectorCall:
 
     latency_ms: float
     usage: llm.CompletionUsage | None
-    answered_with: str  # "tool_call" | "text"
+    answered_with: str  # "tool_call" | "text" | "json" (asked for JSON text, ModelHints)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +168,9 @@ class LiveKitDirector:
 
     async def decide(self, request: Any) -> dict[str, Any] | str:
         tool_name = getattr(request, "tool_name", "record_verdict") or "record_verdict"
+        hints = model_hints(self.llm)
+        if hints is not None and hints.json_verdicts:
+            return await self._decide_json(request, hints)
         tool = llm.function_tool(
             _unused_tool,
             raw_schema={"name": tool_name, "description": _VERDICT_DESCRIPTION, "parameters": request.schema},
@@ -159,13 +207,45 @@ class LiveKitDirector:
             else:
                 result = parsed if isinstance(parsed, dict) else call.arguments
             break
-        record = DirectorCall((time.perf_counter() - started) * 1000.0, usage, answered)
+        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, answered))
+        return result
+
+    async def _decide_json(self, request: Any, hints: ModelHints) -> str:
+        """The verdict as JSON text, constrained by ``response_format`` (llama.cpp's extension).
+
+        The engine's parser reads the text (SPEC §7 accepts a plain JSON answer); a cut-off
+        answer fails there and is retried once with the error.
+        """
+        from .llama_schema import llama_safe_schema
+
+        extra: dict[str, Any] = {
+            "response_format": {"type": "json_object", "schema": llama_safe_schema(request.schema)},
+        }
+        if hints.director_max_tokens:
+            extra["max_tokens"] = hints.director_max_tokens
+        if hints.director_temperature is not None:
+            extra["temperature"] = hints.director_temperature
+        started = time.perf_counter()
+        text: list[str] = []
+        usage: llm.CompletionUsage | None = None
+        stream = self.llm.chat(chat_ctx=chat_context(request.messages),
+                               conn_options=_with_timeout(self.conn_options, hints),
+                               extra_kwargs=extra)
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                if chunk.delta is not None and chunk.delta.content:
+                    text.append(chunk.delta.content)
+        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, "json"))
+        return "".join(text)
+
+    def _record(self, record: DirectorCall) -> None:
         self.calls.append(record)
         if len(self.calls) > 64:  # keep the recent calls only: one instance serves a whole call
             del self.calls[:-64]
         if self.on_call is not None:
             self.on_call(record)
-        return result
 
 
 __all__ = [
@@ -174,7 +254,9 @@ __all__ = [
     "DirectorCall",
     "LiveKitDirector",
     "LiveKitTalker",
+    "ModelHints",
     "UsageTally",
     "chat_context",
     "current_usage",
+    "model_hints",
 ]

@@ -13,14 +13,15 @@ import asyncio
 import json
 from typing import Any
 
-from livekit.agents import APIConnectOptions, llm, utils
+from livekit.agents import APIConnectionError, APIConnectOptions, llm, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 
 
 class _Stream(llm.LLMStream):
     def __init__(self, owner: Any, pieces: list[str], calls: list[llm.FunctionToolCall],
-                 delay: float, **kwargs: Any) -> None:
+                 delay: float, fail_after: int | None = None, **kwargs: Any) -> None:
         super().__init__(owner, **kwargs)
+        self._fail_after = fail_after
         self._pieces = pieces
         self._calls = calls
         self._delay = delay
@@ -31,6 +32,8 @@ class _Stream(llm.LLMStream):
         sent = 0
         try:
             for piece in self._pieces:
+                if self._fail_after is not None and sent == self._fail_after:
+                    raise APIConnectionError("scripted connection drop")
                 if self._delay:
                     await asyncio.sleep(self._delay)
                 self._event_ch.send_nowait(llm.ChatChunk(
@@ -49,12 +52,17 @@ class _Stream(llm.LLMStream):
 
 
 class TalkerLLM(llm.LLM):
-    """Streams scripted replies word by word; ``delay`` seconds before each word."""
+    """Streams scripted replies word by word; ``delay`` seconds before each word.
 
-    def __init__(self, replies: list[str], *, delay: float = 0.0) -> None:
+    ``fail_after=n`` makes the next stream drop its connection after ``n`` words (once).
+    """
+
+    def __init__(self, replies: list[str], *, delay: float = 0.0,
+                 fail_after: int | None = None) -> None:
         super().__init__()
         self.replies = list(replies)
         self.delay = delay
+        self.fail_after = fail_after  # raise APIConnectionError after that many words (once)
         self.contexts: list[llm.ChatContext] = []
         self.cancelled = 0
         self._last = "Okay."
@@ -70,8 +78,9 @@ class TalkerLLM(llm.LLM):
             self._last = self.replies.pop(0)
         words = self._last.split(" ")
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        return _Stream(self, pieces, [], self.delay, chat_ctx=chat_ctx, tools=tools or [],
-                       conn_options=conn_options)
+        fail_after, self.fail_after = self.fail_after, None
+        return _Stream(self, pieces, [], self.delay, fail_after, chat_ctx=chat_ctx,
+                       tools=tools or [], conn_options=conn_options)
 
 
 class DirectorLLM(llm.LLM):

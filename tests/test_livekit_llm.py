@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from livekit.agents import AgentSession, ModelSettings, llm
 from superdialog_core import JsonlStore, Playbook
-from superdialog_core.events import External, SpeechCorrection, Utterance
+from superdialog_core.events import Degraded, External, SpeechCorrection, Utterance
 
 from superdialog_livekit import DialogAgent, DialogMachineLLM
 from tests.livekit_scripted import DirectorLLM, TalkerLLM
@@ -294,3 +294,50 @@ async def test_a_late_line_is_spoken_with_say_logged_once_and_ends_the_call() ->
               if isinstance(e, Utterance) and e.text == "Booked for 4. Goodbye!"]
     assert len(logged) == 1
     assert not any(isinstance(e, SpeechCorrection) for e in dialog.runtime.log)
+
+
+async def test_a_talker_failure_mid_reply_is_never_retried_or_duplicated(playbook: Playbook) -> None:
+    talker = TalkerLLM(["Let me see about that table for you"], fail_after=3)
+    dialog = DialogMachineLLM(playbook, talker=talker, director=DirectorLLM([{}]))
+    errors: list[Any] = []
+    dialog.on("error", errors.append)
+    async with _session(dialog) as session:
+        await session.start(DialogAgent(dialog, on_end="none"))
+        await _until(lambda: _messages(session))
+        result = await session.run(user_input="a table please")
+        text = result.events[0].item.text_content
+    assert text.startswith("Let me see ")
+    assert text.count("Let me see") == 1  # the three words went out once; no retry repeated them
+    assert len(talker.contexts) == 1  # one Talker call for the reply: no hidden retry
+    assert errors == []  # the engine answered the failure; LiveKit saw no LLM error
+    rt = dialog.runtime
+    degraded = [e for e in rt.log if isinstance(e, Degraded)]
+    assert degraded and "talker" in degraded[0].component
+
+
+async def test_a_phone_call_deletes_the_room_after_the_terminal_line(
+    playbook: Playbook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from livekit.agents.testing import fake_job_context
+
+    director = DirectorLLM([{"slots": {"party_size": 2}}, {"advance": "main.done"}])
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Two.", "Right?"]), director=director,
+                              call={"channel": "phone", "direction": "inbound"})
+    deleted: list[str] = []
+    with fake_job_context() as ctx:
+        async def delete_room(room_name: str | None = None) -> None:
+            deleted.append(room_name or ctx.room.name or "fake-room")
+
+        monkeypatch.setattr(ctx, "delete_room", delete_room)
+        session = _session(dialog)
+        closed = asyncio.get_running_loop().create_future()
+        session.on("close", lambda ev: closed.done() or closed.set_result(ev))
+        await session.start(DialogAgent(dialog))
+        try:
+            await session.run(user_input="two")
+            result = await session.run(user_input="yes")
+            assert "Goodbye!" in result.events[0].item.text_content
+            await asyncio.wait_for(closed, 5.0)
+        finally:
+            await session.aclose()
+    assert len(deleted) == 1  # hung up once, after the line played
