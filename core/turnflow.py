@@ -62,6 +62,8 @@ class TurnFlow:
                     user_text=text, user_version=user_version, emit=rt._emit,
                     latency_ms=latency_ms, attempts=attempts,
                 )
+            else:
+                self._goodbye_without_verdict(text)
             await rt._progress.enter_pending()
             if not rt.state.ended and rt.state.checkpoint == before:
                 self._turn_budget()
@@ -109,6 +111,17 @@ class TurnFlow:
                 continue
             return verdict, round((time.perf_counter() - started) * 1000, 3), attempt
         raise AssertionError("unreachable: the loop returns on its second attempt")
+
+    def _goodbye_without_verdict(self, text: str) -> None:
+        """The Director failed, but a spoken goodbye still routes to the goodbye interrupt."""
+        from .goodbye import is_spoken_goodbye
+
+        rt = self.rt
+        spec = next((i for i in rt.playbook.interrupts if i.kind == "goodbye"), None)
+        if spec is None or spec.to == rt.state.checkpoint:
+            return
+        if is_spoken_goodbye(text, rt.playbook.policies.goodbye_words):
+            rt._progress.advance(spec.to, rule_id=f"interrupt:{spec.id}", by="interrupt")
 
     def _turn_budget(self) -> None:
         """Steer after N turns at one checkpoint; after N+2 route only to ``on_failure``."""

@@ -558,3 +558,17 @@ async def test_cancelling_the_consumer_mid_token_logs_the_prefix_and_keeps_the_d
     cut = spoken(rt)[-1]
     assert cut.interrupted and cut.text == "".join(got)
     assert rt.state.slots["name"].value == "Bo"
+
+
+async def test_a_spoken_goodbye_ends_the_call_even_when_the_director_fails() -> None:
+    text = SHOP + """
+interrupts:
+  - {id: goodbye, when: the caller wants to end the call, to: shop.gone}
+"""
+    rt = runtime(ScriptedDirector([RuntimeError("model down"), RuntimeError("still down")]),
+                 ScriptedTalker(["Hi.", "Okay."]), Playbook.from_yaml(text))
+    await rt.start()
+    assert not (await rt.user_turn("I'm thinking")).ended
+    bye = await rt.user_turn("okay, bye!")
+    assert bye.ended and bye.outcome == "no_answer"
+    assert bye.text == "Okay. I'll let you go. Goodbye."
