@@ -79,6 +79,7 @@ STATE_FIELDS: tuple[str, ...] = (
     "anchor", "timezone", "call", "pending_notes", "refusals", "denied",
     "user_turns_in_checkpoint", "silence_count", "verbatim_spoken",
     "talker_segments_in_checkpoint", "last_pipeline_version", "degraded_count",
+    "first_user_message",
 )
 
 
@@ -119,6 +120,8 @@ class ConversationState:
         self.talker_segments_in_checkpoint = 0
         self.last_pipeline_version: int | None = None
         self.degraded_count = 0
+        # call.first_user_message (SPEC §4.5): the caller's first words, once they are said.
+        self.first_user_message: str | None = None
         # version -> index in transcript, so corrections and lookups are O(1).
         self._entry_index: dict[int, int] = {}
         self._scope_version = -1
@@ -175,6 +178,8 @@ class ConversationState:
         self.transcript.append(entry)
         if event.role == "user":
             self.user_turns_in_checkpoint += 1
+            if self.first_user_message is None:
+                self.first_user_message = event.text
             self.silence_count = 0
         elif event.kind == "verbatim" and self.checkpoint is not None:
             # The runtime logs a verbatim line at the checkpoint it belongs to.
@@ -366,6 +371,8 @@ class ConversationState:
     def _build_scope(self) -> dict[str, Any]:
         call = dict(self.call)
         call.setdefault("session_id", self.session_id)
+        if call.get("first_user_message") is None and self.first_user_message is not None:
+            call["first_user_message"] = self.first_user_message
         if call.get("end_reason") is None and self.end_reason is not None:
             call["end_reason"] = self.end_reason
         return {

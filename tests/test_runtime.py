@@ -572,3 +572,12 @@ interrupts:
     bye = await rt.user_turn("okay, bye!")
     assert bye.ended and bye.outcome == "no_answer"
     assert bye.text == "Okay. I'll let you go. Goodbye."
+
+
+async def test_call_first_user_message_reads_the_callers_first_words() -> None:
+    rt = runtime(ScriptedDirector(), ScriptedTalker(["Hi.", "Okay."]))
+    await rt.start()
+    assert rt.state.scope()["call"]["first_user_message"] is None
+    await rt.user_turn("I want to book")
+    await rt.user_turn("for four")
+    assert rt.state.scope()["call"]["first_user_message"] == "I want to book"
