@@ -28,15 +28,10 @@ from superdialog_core.events import Utterance
 from superdialog_core.playbook import Playbook
 
 from .adapters import LiveKitDirector, LiveKitTalker, UsageTally, current_usage
-from .sync import ChatLedger, Delivery
+from .sync import SpeechSync
 from .uris import resolve_llm
 
 logger = logging.getLogger("superdialog_livekit")
-
-# The engine's replies are not idempotent (a turn is logged once), so LiveKit must never rerun
-# _run: no retries at all, whatever the session's conn_options say.
-_NO_RETRY = APIConnectOptions(max_retry=0, timeout=DEFAULT_API_CONNECT_OPTIONS.timeout)
-
 
 @dataclass
 class DialogEvent:
@@ -121,10 +116,9 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         # Set while the opening streams: a turn that arrives meanwhile waits for it, so the
         # runtime never sees a turn before its start has finished (and replies stay in order).
         self._opening_done: asyncio.Event | None = None
-        self._ledger = ChatLedger()
+        self.speech = SpeechSync(lambda: self.runtime, on_settled=self._publish)
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
-        self._session: Any = None  # bound AgentSession: speaks late lines with say()
         self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
 
     # -- identity -------------------------------------------------------------------------------
@@ -243,6 +237,8 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         extra_kwargs: NotGivenOr[dict[str, Any]] = NOT_GIVEN,
     ) -> DialogStream:
         # The playbook runs its own tools; LiveKit tools, tool_choice and kwargs are ignored.
+        # A reply is not idempotent (its turn is logged once), so LiveKit must never rerun
+        # _run: no retries, whatever the session's conn_options say.
         return DialogStream(self, chat_ctx=chat_ctx, tools=tools or [],
                             conn_options=APIConnectOptions(max_retry=0, timeout=conn_options.timeout))
 
@@ -269,54 +265,10 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
                 data = msgspec.to_builtins(event)
                 self.emit("superdialog_event", DialogEvent(str(data.pop("type", "event")), data))
 
-    def _mark_heard(self, corrections: list[tuple[int, str]]) -> None:
-        for version, heard in corrections:
-            self.runtime.mark_heard(version, heard)
-
-    def sync_history(self, chat_ctx: llm.ChatContext) -> None:
-        """Apply heard-text corrections for assistant messages LiveKit reports in ``chat_ctx``."""
-        for message in self._ledger.assistant_messages(chat_ctx):
-            _, corrections = self._ledger.match(message)
-            self._mark_heard(corrections)
-
     def observe_message(self, message: Any) -> None:
         """A ``conversation_item_added`` assistant message: correct heard text at once."""
-        if getattr(message, "type", None) != "message" or message.role != "assistant":
-            return
-        if message.id in self._ledger.assistant_ids or self._runtime is None:
-            return
-        _, corrections = self._ledger.match(message)
-        self._mark_heard(corrections)
-
-    def attach_utterances(self, delivery: Delivery, after_version: int) -> None:
-        """Find the assistant utterances the runtime logged for ``delivery`` (after a version)."""
-        log = self.runtime.log
-        known = {v for d in self._ledger.deliveries for v, _, _ in d.utterances}
-        found = []
-        for version in range(after_version + 1, log.version + 1):
-            event = log.get(version)
-            if isinstance(event, Utterance) and event.role == "assistant" and version not in known:
-                found.append(event)
-        delivery.attach(found)
-
-    def track_speech(self, delivery: Delivery, handle: Any, after_version: int) -> None:
-        """Settle ``delivery`` from its SpeechHandle once played: interrupted → heard text."""
-        def done(h: Any) -> None:
-            if not delivery.utterances:
-                self.attach_utterances(delivery, after_version)
-            messages = [i for i in h.chat_items
-                        if getattr(i, "type", None) == "message" and i.role == "assistant"]
-            if messages:
-                self._mark_heard(self._ledger.settle_with(delivery, messages[-1]))
-            elif h.interrupted or delivery.cancelled:
-                self._mark_heard(self._ledger.settle_unheard(delivery))
-            else:
-                self._ledger.settle_complete(delivery)
-            self._publish()
-
-        if handle is None:
-            return  # no session (chat() called directly): matched later through chat_ctx
-        handle.add_done_callback(done)
+        if self._runtime is not None:
+            self.speech.observe_message(message)
 
     def bind_session(self, session: Any) -> None:
         """Let this LLM speak lines outside a reply (late lines) with ``session.say``.
@@ -324,35 +276,15 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         ``DialogAgent`` does this on enter; with a plain ``Agent``, call it after
         ``session.start``.
         """
-        self._session = session
+        self.speech.session = session
 
     def say_line(self, text: str, utterances: list[Utterance] | None = None, *,
                  interruptible: bool | None = None) -> Any:
-        """Speak a line the runtime already logged with ``session.say`` and track what was heard.
-
-        ``utterances`` are its logged events (found in the log by text when not given).
-        Returns the SpeechHandle.
-        """
-        if self._session is None:
-            raise RuntimeError("no AgentSession bound: call DialogMachineLLM.bind_session(session)")
-        rt = self.runtime
-        if utterances is None:
-            utterances = []
-            for version in range(rt.log.version, max(0, rt.log.version - 50), -1):
-                event = rt.log.get(version)
-                if isinstance(event, Utterance) and event.role == "assistant" and event.text == text:
-                    utterances = [event]
-                    break
+        """Speak a line the runtime already logged with ``session.say``; see ``SpeechSync``."""
         if interruptible is None:
-            ref = rt.state.checkpoint
+            ref = self.runtime.state.checkpoint
             interruptible = bool(not ref or self._playbook.checkpoint(ref).interruptible)
-        delivery = self._ledger.open("say")
-        delivery.add(text)
-        delivery.closed = True
-        delivery.attach(utterances)
-        handle = self._session.say(text, allow_interruptions=interruptible)
-        self.track_speech(delivery, handle, rt.log.version)
-        return handle
+        return self.speech.say_line(text, utterances, interruptible=interruptible)
 
     def _late_line(self, text: str) -> None:
         """The runtime's on_late_line (the line is logged already): speak it now.
@@ -378,9 +310,9 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         Synchronous on purpose: new user messages are claimed before any await, so concurrent
         streams never log the same message twice.
         """
-        self.sync_history(chat_ctx)
-        fresh = self._ledger.new_user_messages(chat_ctx)
-        texts = [t for t in (self._ledger.user_ids[m.id].strip() for m in fresh) if t]
+        self.speech.sync_history(chat_ctx)
+        fresh = self.speech.ledger.new_user_messages(chat_ctx)
+        texts = [t for t in (self.speech.ledger.user_ids[m.id].strip() for m in fresh) if t]
         if texts:
             return "turn", texts
         if not self._opened:
@@ -434,7 +366,7 @@ class DialogStream(llm.LLMStream):
         plan = owner.plan(self._chat_ctx)
         rt = owner.runtime
         after = rt.log.version
-        delivery = owner._ledger.open("stream")
+        delivery = owner.speech.ledger.open("stream")
         tally = UsageTally()
         token = current_usage.set(tally)
         source: Any = None
@@ -460,8 +392,8 @@ class DialogStream(llm.LLMStream):
             if plan[0] == "opening" and owner._opening_done is not None:
                 owner._opening_done.set()
             delivery.closed = True
-            owner.attach_utterances(delivery, after)
-            owner.track_speech(delivery, handle, after)
+            owner.speech.attach_utterances(delivery, after)
+            owner.speech.track_speech(delivery, handle, after)
             owner._publish()
             if rt.state.ended:
                 owner._ended(handle)

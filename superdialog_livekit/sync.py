@@ -11,11 +11,14 @@ versions of the utterances inside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from superdialog_core.events import Utterance
+
+logger = logging.getLogger("superdialog_livekit")
 
 
 @dataclass
@@ -195,4 +198,100 @@ class ChatLedger:
             self.deliveries.remove(delivery)
 
 
-__all__ = ["ChatLedger", "Delivery", "covered_length", "message_text"]
+class SpeechSync:
+    """Applies what LiveKit reports about delivered speech to the runtime.
+
+    Owns the ``ChatLedger``; turns interrupted or missing assistant messages into
+    ``runtime.mark_heard`` calls, and speaks runtime-logged lines with ``session.say``.
+    """
+
+    def __init__(self, runtime_of: Callable[[], Any], *, on_settled: Callable[[], None]) -> None:
+        self.ledger = ChatLedger()
+        self.session: Any = None  # the bound AgentSession (for say)
+        self._runtime_of = runtime_of
+        self._on_settled = on_settled
+
+    def mark_heard(self, corrections: list[tuple[int, str]]) -> None:
+        rt = self._runtime_of()
+        for version, heard in corrections:
+            try:
+                rt.mark_heard(version, heard)
+            except ValueError:
+                # Not an assistant utterance of this call: a bookkeeping slip, never worth a crash
+                # in a LiveKit callback, but loud.
+                logger.exception("heard-text correction for version %s refused", version)
+
+    def sync_history(self, chat_ctx: Any) -> None:
+        """Corrections for assistant messages LiveKit reports in a ``chat_ctx``."""
+        for message in self.ledger.assistant_messages(chat_ctx):
+            _, corrections = self.ledger.match(message)
+            self.mark_heard(corrections)
+
+    def observe_message(self, message: Any) -> None:
+        """A ``conversation_item_added`` assistant message: correct heard text at once."""
+        if getattr(message, "type", None) != "message" or message.role != "assistant":
+            return
+        if message.id in self.ledger.assistant_ids:
+            return
+        _, corrections = self.ledger.match(message)
+        self.mark_heard(corrections)
+
+    def attach_utterances(self, delivery: Delivery, after_version: int) -> None:
+        """Find the assistant utterances the runtime logged for ``delivery`` (after a version)."""
+        log = self._runtime_of().log
+        known = {v for d in self.ledger.deliveries for v, _, _ in d.utterances}
+        found = []
+        for version in range(after_version + 1, log.version + 1):
+            event = log.get(version)
+            if isinstance(event, Utterance) and event.role == "assistant" and version not in known:
+                found.append(event)
+        delivery.attach(found)
+
+    def track_speech(self, delivery: Delivery, handle: Any, after_version: int) -> None:
+        """Settle ``delivery`` from its SpeechHandle once played: interrupted → heard text.
+
+        Without a handle (``chat()`` called outside a session) the delivery is matched later,
+        when its message comes back in a ``chat_ctx``.
+        """
+        def done(h: Any) -> None:
+            if not delivery.utterances:
+                self.attach_utterances(delivery, after_version)
+            messages = [i for i in h.chat_items
+                        if getattr(i, "type", None) == "message" and i.role == "assistant"]
+            if messages:
+                self.mark_heard(self.ledger.settle_with(delivery, messages[-1]))
+            elif h.interrupted or delivery.cancelled:
+                self.mark_heard(self.ledger.settle_unheard(delivery))
+            else:
+                self.ledger.settle_complete(delivery)
+            self._on_settled()
+
+        if handle is not None:
+            handle.add_done_callback(done)
+
+    def say_line(self, text: str, utterances: list[Utterance] | None, *, interruptible: bool) -> Any:
+        """Speak a line the runtime already logged with ``session.say`` and track what was heard.
+
+        ``utterances`` are its logged events (found in the log by text when not given).
+        Returns the SpeechHandle.
+        """
+        if self.session is None:
+            raise RuntimeError("no AgentSession bound: call DialogMachineLLM.bind_session(session)")
+        rt = self._runtime_of()
+        if utterances is None:
+            utterances = []
+            for version in range(rt.log.version, max(0, rt.log.version - 50), -1):
+                event = rt.log.get(version)
+                if isinstance(event, Utterance) and event.role == "assistant" and event.text == text:
+                    utterances = [event]
+                    break
+        delivery = self.ledger.open("say")
+        delivery.add(text)
+        delivery.closed = True
+        delivery.attach(utterances)
+        handle = self.session.say(text, allow_interruptions=interruptible)
+        self.track_speech(delivery, handle, rt.log.version)
+        return handle
+
+
+__all__ = ["ChatLedger", "Delivery", "SpeechSync", "covered_length", "message_text"]
