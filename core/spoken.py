@@ -66,8 +66,13 @@ def spoken_date(value: Any, language: str = "en") -> Any:
         day = _parse_date(value.strip())
     else:
         day = None
-    if day is None:
-        return value
+    return value if day is None else _format_date(day, language)
+
+
+@lru_cache(maxsize=1024)
+def _format_date(day: date, language: str) -> str:
+    # Babel formats a pattern in tens of microseconds; a call speaks the same few days again
+    # and again (guidance is rendered for every Talker view), so each is formatted once.
     from babel.dates import format_date
 
     text = format_date(day, format=_date_pattern(language), locale=_locale(language))
@@ -98,12 +103,14 @@ def spoken_time(value: Any, language: str = "en") -> Any:
         moment = _parse_time(value.strip())
     else:
         moment = None
-    if moment is None:
-        return value
     # format_time would convert an aware time to UTC; speak the wall clock that was written.
+    return value if moment is None else _format_time(moment.replace(tzinfo=None), language)
+
+
+@lru_cache(maxsize=1024)
+def _format_time(wall: time, language: str) -> str:
     from babel.dates import format_time
 
-    wall = moment.replace(tzinfo=None)
     return format_time(wall, format="short", locale=_locale(language)).translate(_SPACES)
 
 

@@ -385,3 +385,33 @@ def test_deep_templates_are_a_compile_error_not_a_recursion_error(source: str) -
     for compile_ in (compile_speech, compile_tool_text):
         with pytest.raises(TemplateError, match="nested too deeply"):
             compile_(source)
+
+
+def test_rendering_never_parses_or_compiles_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from superdialog_core import templates
+
+    speech = compile_speech("Hi {{ slots.name }} on {{ slots.day | spoken_date }}{{ 1/0 }}")
+    tool = compile_tool_text("https://x.example/{{ slots.name }}")
+    body = compile_tool_body({"n": "{{ slots.party_size }}", "t": "for {{ slots.name }}"})
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("parsed or compiled during a render")
+
+    for env in (templates._SPEECH_ENV, templates._TEXT_ENV, templates._VALUE_ENV):
+        for name in ("parse", "compile", "from_string", "compile_expression"):
+            monkeypatch.setattr(env, name, forbidden)
+    text, detail = speech.render(SCOPE)  # the failing part takes the piecewise path
+    assert text == "Hi Ann on Tuesday, December 1" and detail is not None
+    assert tool.render(SCOPE) == "https://x.example/Ann"
+    assert body.render(SCOPE) == {"n": 4, "t": "for Ann"}
+
+
+def test_spoken_forms_are_formatted_once_per_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    import babel.dates
+
+    calls: list[Any] = []
+    real = babel.dates.format_date
+    monkeypatch.setattr(babel.dates, "format_date", lambda *a, **k: calls.append(a) or real(*a, **k))
+    speech = compile_speech("{{ '2031-02-03' | spoken_date }}")
+    assert [speech.render({})[0] for _ in range(3)] == ["Monday, February 3"] * 3
+    assert len(calls) <= 1
