@@ -96,6 +96,12 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         director_model = _as_model(talker if director is None else director, role="director",
                                    base_url=base_url)
         self._talker_llm = talker_model if isinstance(talker_model, llm.LLM) else None
+        # LLMs this instance built from URIs are its own to close; those passed in are not.
+        self._owned = [m for given, m in ((talker, talker_model), (director, director_model))
+                       if isinstance(given, str) and isinstance(m, llm.LLM)]
+        self._models = [m for m in {id(talker_model): talker_model,
+                                    id(director_model): director_model}.values()
+                        if isinstance(m, llm.LLM)]
         self._talker = LiveKitTalker(talker_model) if isinstance(talker_model, llm.LLM) else talker_model
         self._director = (
             LiveKitDirector(director_model, on_call=self._director_called)
@@ -242,8 +248,15 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         return DialogStream(self, chat_ctx=chat_ctx, tools=tools or [],
                             conn_options=APIConnectOptions(max_retry=0, timeout=conn_options.timeout))
 
+    async def _prewarm_impl(self) -> None:
+        # Open the models' connections before the first reply (LiveKit's prewarm contract).
+        for model in self._models:
+            model.prewarm()
+
     async def aclose(self) -> None:
         self._publish()
+        for model in {id(m): m for m in self._owned}.values():
+            await model.aclose()
         await super().aclose()
 
     # -- plumbing used by the stream and by DialogAgent -----------------------------------------

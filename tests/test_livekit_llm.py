@@ -341,3 +341,21 @@ async def test_a_phone_call_deletes_the_room_after_the_terminal_line(
         finally:
             await session.aclose()
     assert len(deleted) == 1  # hung up once, after the line played
+
+
+async def test_models_built_from_uris_are_closed_with_the_llm(
+    playbook: Playbook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    given = TalkerLLM(["x"])
+    dialog = DialogMachineLLM(playbook, talker=given, director="http://127.0.0.1:9/v1#director")
+    owned = dialog._director.llm
+    closed: list[str] = []
+    monkeypatch.setattr(owned, "aclose", lambda: _record(closed, "director"))
+    monkeypatch.setattr(given, "aclose", lambda: _record(closed, "talker"))
+    await dialog.aclose()
+    assert closed == ["director"]  # the LLM passed in belongs to the caller
+
+
+async def _record(into: list[str], name: str) -> None:
+    into.append(name)
