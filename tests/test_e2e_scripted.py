@@ -187,3 +187,49 @@ async def test_insurance_callback_simple_format_ends_with_closing_words() -> Non
     assert rt.state.slots["callback_day"].value == "Tuesday"
     end = next(e for e in rt.log if isinstance(e, ev.SessionEnd))
     assert end.outcome == "callback_booked"
+
+
+async def test_dental_slot_taken_then_rebooked(monkeypatch: pytest.MonkeyPatch,
+                                               client: httpx.AsyncClient) -> None:
+    with LoopbackServer() as server:
+        server.route("POST", "/clinics/c1/visits", Reply(409, json={"error": "taken"}),
+                     Reply(201, json={"ref": "B77"}))
+        monkeypatch.setenv("CLINIC_API_BASE", server.base_url)
+        monkeypatch.setenv("CLINIC_API_TOKEN", "t")
+        director = ScriptedDirector([
+            {"advance": "visit.details"},
+            {"slots": {"patient_name": "Ben Ode", "phone": "+49 30 1234567",
+                       "day": "2026-12-03", "time": "10:00"}},
+            {"confirm": ["patient_name", "phone", "day", "time"], "advance": "visit.book"},
+            {"slots": {"day": "2026-12-04", "time": "11:00"}, "advance": "visit.read_back"},
+            {"confirm": ["day", "time"], "advance": "visit.book"},
+        ])
+        talker = ScriptedTalker([
+            "Sure.", "Your name, number, day and time?", "Thanks.",
+            "Ben Ode, 030 1234567, Thursday at ten. Correct?",
+            "Sorry, that time was just taken. Which other day or time suits you?",
+            "Let me look.", "Friday the fourth at eleven then. Is that right?",
+        ])
+        rt = Runtime(Playbook.load(DENTAL), director, talker, call_start={"clinic_id": "c1"},
+                     now=NOW, barrier_timeout=5.0, http_client=client)
+        await rt.start()
+        await rt.user_turn("I need an appointment")
+        await rt.user_turn("Ben Ode, +49 30 1234567, Thursday at ten")
+        assert rt.state.checkpoint == "visit.read_back"
+
+        taken = await rt.user_turn("yes")
+        assert taken.checkpoint == "visit.slot_taken" and not taken.ended
+        assert taken.text == "Sorry, that time was just taken. Which other day or time suits you?"
+        route = [e for e in taken.events if isinstance(e, ev.Advance)][-1]
+        assert (route.to, route.rule_id, route.by) == ("visit.slot_taken", "pipeline", "pipeline")
+
+        again = await rt.user_turn("Friday at eleven")
+        assert again.checkpoint == "visit.read_back"
+        assert rt.state.slots["day"].status == "provisional"  # a new value needs a new read-back
+        assert again.text == "Let me look. Friday the fourth at eleven then. Is that right?"
+
+        done = await rt.user_turn("yes, perfect")
+        assert done.ended and done.outcome == "booked"
+        assert rt.state.slots["booking_ref"].value == "B77"
+        bodies = [r.json["start"] for r in server.requests_to("/clinics/c1/visits")]
+        assert bodies == ["2026-12-03T10:00", "2026-12-04T11:00"]
