@@ -154,6 +154,8 @@ class Speaker:
         async with aclosing(self.say(reply, segment, stream.pieces())) as pieces:
             async for piece in pieces:
                 yield piece
+        if reply.stopped:
+            return  # stopped mid-segment: nothing more to judge or say
         spoke_nothing = len(reply.texts) == before
         if ref is not None:
             reply.talker_at.add(ref)  # rendered here, even if it said nothing
@@ -199,6 +201,8 @@ class Speaker:
             ("hold", policies.hold_line or HOLD_LINE, extended, f"hold_timeout {hold}s passed"),
         )
         for purpose, text, wait, why in rungs:
+            if reply.stopped:
+                return
             self.degrade("barrier", f"{why}; speaking the {purpose} line")
             segment = self.canned("filler", purpose, text)
             if segment is not None:
@@ -207,6 +211,8 @@ class Speaker:
                         yield piece
             if await finished(task, wait):
                 return
+        if reply.stopped:
+            return
         self.degrade(
             "barrier",
             "decision still not in after the hold line; speaking the recovery line and ending "

@@ -581,3 +581,17 @@ async def test_call_first_user_message_reads_the_callers_first_words() -> None:
     await rt.user_turn("I want to book")
     await rt.user_turn("for four")
     assert rt.state.scope()["call"]["first_user_message"] == "I want to book"
+
+
+async def test_a_superseded_ladder_speaks_and_logs_no_further_rungs() -> None:
+    director = ScriptedDirector([{"slots": {"party": 2}}, lambda r: asyncio.sleep(0.2, {}), {}])
+    rt = runtime(director, ScriptedTalker(["Hi.", "Two.", "Two, right?"]),
+                 barrier_timeout=0.01, hold_timeout=0.05)
+    await to_confirm(rt)
+    old = rt.stream_turn("hmm")
+    assert await old.__anext__() == "One moment, let me check that."
+    await rt.user_turn("yes, two")  # the caller speaks over the filler
+    assert [chunk async for chunk in old] == []
+    rungs = [e for e in rt.log if isinstance(e, ev.Degraded) and e.component == "barrier"]
+    assert len(rungs) == 1
+    assert len([u for u in spoken(rt) if u.filler]) == 1
