@@ -94,7 +94,7 @@ class Runtime:
         if not isinstance(playbook, Playbook):
             playbook = Playbook.load(playbook)
         problems = check_options(director, talker, barrier_timeout, hold_timeout,
-                                     director_timeout, token_budget)
+                                 director_timeout, token_budget)
         if problems:
             raise ConfigError(problems)
         self.playbook = playbook
@@ -122,6 +122,11 @@ class Runtime:
         self._sink: list[Event] | None = None
         self._runner = ToolRunner(playbook, env=self._env, http_client=http_client,
                                   python_tools=python_tools)
+        missing = [t.id for t in playbook.tools
+                   if t.type == "python" and t.id not in (python_tools or {})]
+        if missing:  # each call of one will fail its step; say so once, at the start
+            logger.warning("python tools not registered (pass python_tools={...}): %s",
+                           ", ".join(missing))
         self._progress = Progress(playbook, self.state, self._emit, self._runner, self._env)
         self._speaker = Speaker(playbook, self.state, self._emit, talker, self._progress,
                                 token_budget=token_budget)
