@@ -102,11 +102,9 @@ class Speaker:
                 yield piece
         reply.finish()
 
-    async def line(self, reply: Reply, segment: Segment) -> AsyncIterator[str]:
+    def line(self, reply: Reply, segment: Segment) -> AsyncIterator[str]:
         """A fixed line (verbatim, exit, prompt, canned), spoken as one piece."""
-        async with aclosing(self.say(reply, segment, one_piece(segment.text))) as pieces:
-            async for piece in pieces:
-                yield piece
+        return self.say(reply, segment, one_piece(segment.text))
 
     def canned(self, kind: str, purpose: str, text: str) -> Segment | None:
         """A canned line with never_say phrases cut out; None when nothing speakable is left."""
@@ -176,13 +174,15 @@ class Speaker:
                 async for piece in pieces:
                     yield piece
 
-    async def first_segment(self, reply: Reply, purpose: str) -> AsyncIterator[str]:
-        """Speech rendered from the state as it is now: the checkpoint's unspoken verbatim, else the Talker."""
+    def first_segment(self, reply: Reply, purpose: str) -> AsyncIterator[str]:
+        """Speech rendered from the state as it is now: the checkpoint's unspoken verbatim, else the Talker.
+
+        Returns the stream itself (no wrapping generator: every piece passes fewer frames).
+        """
         pending = self.pending_verbatim()
-        source = self.line(reply, pending) if pending is not None else self.talker_segment(reply, purpose)
-        async with aclosing(source) as pieces:
-            async for piece in pieces:
-                yield piece
+        if pending is not None:
+            return self.line(reply, pending)
+        return self.talker_segment(reply, purpose)
 
     # --- the barrier ladder (hard gates) ------------------------------------------------
 
@@ -240,31 +240,28 @@ class Speaker:
                     yield piece
             lines.pop(0)
 
-    async def follow_through(self, reply: Reply, *, opening: bool = False) -> AsyncIterator[str]:
+    def follow_through(self, reply: Reply, *, opening: bool = False) -> AsyncIterator[str]:
         """(d): speak from the fresh state when nothing was said at the checkpoint the turn ends at.
 
         Nothing after a barge-in or a cut reply; at most one per reply. At a checkpoint whose
         verbatim line was not yet spoken at this entry, that line is the follow-through.
+        Call it right before iterating: it decides from the state as it is now.
         """
         if reply.stopped or reply.cut or reply.followed_through:
-            return
+            return one_piece("")
         state = self.state
         ref = state.checkpoint
         if ref is None or ref in reply.talker_at or ref in reply.lines_at:
-            return
+            return one_piece("")
         cp = self.cps[ref]
         if state.ended and not cp.terminal:
-            return  # ended by a policy (max_call_seconds), which spoke its own line
+            return one_piece("")  # ended by a policy (max_call_seconds), which spoke its own line
         reply.followed_through = True
         pending = self.pending_verbatim()
         if pending is not None:
-            source = self.line(reply, pending)
-        else:
-            purpose = "closing" if cp.terminal else ("opening" if opening else "follow_through")
-            source = self.talker_segment(reply, purpose)
-        async with aclosing(source) as pieces:
-            async for piece in pieces:
-                yield piece
+            return self.line(reply, pending)
+        purpose = "closing" if cp.terminal else ("opening" if opening else "follow_through")
+        return self.talker_segment(reply, purpose)
 
 
 __all__ = [
