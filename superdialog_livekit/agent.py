@@ -63,17 +63,23 @@ class DialogAgent(Agent):
     async def on_enter(self) -> None:
         session = self.session
         dialog = self.dialog
+        dialog.hold_turns()  # before any await: early caller words wait for the opening
         dialog.bind_session(session)
         dialog.on_ended.append(self._after_terminal)
         session.on("user_state_changed", self._on_user_state)
         session.on("conversation_item_added", self._on_item)
         session.on("close", self._on_close)
-        if await dialog.prepare():
-            return  # resumed: the caller already heard the opening before the failover
-        if self._speaks_first():
-            session.generate_reply()
-        else:
-            await dialog.start_silently()
+        try:
+            if await dialog.prepare():
+                dialog.decide_start("resumed")  # the caller heard the opening before the failover
+            elif not self._speaks_first():
+                dialog.decide_start("silent")
+                await dialog.start_silently()
+            elif dialog.decide_start("speak"):
+                session.generate_reply()  # else a waiting caller turn speaks the opening first
+        except BaseException:
+            dialog.decide_start("silent")  # never leave the caller's turns waiting
+            raise
 
     async def on_exit(self) -> None:
         self.session.off("user_state_changed", self._on_user_state)

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -122,6 +123,8 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         # Set while the opening streams: a turn that arrives meanwhile waits for it, so the
         # runtime never sees a turn before its start has finished (and replies stay in order).
         self._opening_done: asyncio.Event | None = None
+        self._start_decision: asyncio.Future[str] | None = None  # see hold_turns
+        self._turn_waiting = False
         self.speech = SpeechSync(lambda: self.runtime, on_settled=self._publish)
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
@@ -217,6 +220,27 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         if call_start:
             self._call_start.update(call_start)
 
+    def hold_turns(self) -> None:
+        """Make user turns wait until the agent has decided how the call starts.
+
+        ``DialogAgent`` calls this first thing on enter, before it awaits anything (reading the
+        store may take a while). A caller who speaks meanwhile is answered by one reply that
+        speaks the opening first, so nothing is skipped and nothing is heard out of order.
+        """
+        if self._start_decision is None and not self._opened:
+            self._start_decision = asyncio.get_running_loop().create_future()
+
+    def decide_start(self, mode: Literal["speak", "silent", "resumed"]) -> bool:
+        """Release held turns. True: the caller should now generate the opening reply.
+
+        False for ``silent``/``resumed``, and for ``speak`` when a caller turn is already
+        waiting: that turn's reply speaks the opening first.
+        """
+        decision = self._start_decision
+        if decision is not None and not decision.done():
+            decision.set_result(mode)
+        return mode == "speak" and not self._turn_waiting and not self._opened
+
     async def start_silently(self) -> None:
         """Start without speaking (an outbound call waits for the callee's first words)."""
         if not self._opened:
@@ -224,7 +248,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
 
     async def _start_silently(self) -> None:
         self._opened = True
-        done = self._opening_done = asyncio.Event()
+        done = self._opening_done = self._opening_done or asyncio.Event()
         try:
             await self.runtime.start(speak=False)
         finally:
@@ -338,15 +362,27 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         kind, texts = plan
         rt = self.runtime
         if kind == "opening":
-            self._opening_done = asyncio.Event()
+            self._opening_done = self._opening_done or asyncio.Event()
             return rt.stream_start()
         if kind == "none":
             return None
+        mode = None
+        if self._start_decision is not None:
+            if not self._start_decision.done():
+                self._turn_waiting = True
+            mode = await self._start_decision
+        if mode == "speak" and not self._opened:
+            self._opened = True
+            return self._opening_then(texts)
         if self._opening_done is not None:
             await self._opening_done.wait()
-        # A first user turn before any opening (outbound call, or the caller spoke first):
-        # the runtime starts silently by itself.
+        # A first user turn before any opening (outbound call, or a plain Agent that never
+        # asked for one): the runtime starts silently by itself.
         self._opened = True
+        return await self._turns(texts)
+
+    async def _turns(self, texts: list[str]) -> AsyncIterator[str]:
+        rt = self.runtime
         for text in texts[:-1]:
             turn = await rt.user_turn(text)
             # Its reply was never sent to LiveKit: the caller heard none of it.
@@ -354,6 +390,25 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
                 if isinstance(event, Utterance) and event.role == "assistant":
                     rt.mark_heard(event.version, "")
         return rt.stream_turn(texts[-1])
+
+    async def _opening_then(self, texts: list[str]) -> AsyncIterator[str]:
+        """The opening, then the reply to the caller's first words, as one stream."""
+        done = self._opening_done = self._opening_done or asyncio.Event()
+        said = False
+        try:
+            async with aclosing(self.runtime.stream_start()) as opening:
+                async for piece in opening:
+                    said = True
+                    yield piece
+        finally:
+            done.set()
+        first = True
+        async with aclosing(await self._turns(texts)) as reply:
+            async for piece in reply:
+                if first and said and not piece[:1].isspace():
+                    yield " "  # the two replies are separate segments: one joining space
+                first = False
+                yield piece
 
     def guard_interruptible(self, handle: Any) -> None:
         """Disallow interruptions on the speech once it speaks an ``interruptible: false`` line."""

@@ -359,3 +359,28 @@ async def test_models_built_from_uris_are_closed_with_the_llm(
 
 async def _record(into: list[str], name: str) -> None:
     into.append(name)
+
+
+async def test_a_caller_who_speaks_while_the_store_loads_hears_the_opening_first(
+    playbook: Playbook,
+) -> None:
+    from superdialog_core import MemoryStore
+
+    class SlowStore(MemoryStore):
+        async def load(self, session_id: str) -> Any:
+            await asyncio.sleep(0.3)
+            return await super().load(session_id)
+
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Four, lovely.", "Right?"]),
+                              director=DirectorLLM([{"slots": {"party_size": 4}}]),
+                              store=SlowStore(), session_id="early")
+    async with _session(dialog) as session:
+        await session.start(DialogAgent(dialog, on_end="none"))
+        result = await session.run(user_input="four of us")  # before the store has answered
+        result.expect.next_event().is_message(role="assistant")
+    print(_messages(session))
+    log = dialog.runtime.log
+    kinds = [(e.role, e.text) for e in log if isinstance(e, Utterance)]
+    print(kinds)
+    assert kinds[0] == ("assistant", "Welcome! How many are you?")
+    assert kinds[1] == ("user", "four of us")
