@@ -595,3 +595,20 @@ async def test_a_superseded_ladder_speaks_and_logs_no_further_rungs() -> None:
     rungs = [e for e in rt.log if isinstance(e, ev.Degraded) and e.component == "barrier"]
     assert len(rungs) == 1
     assert len([u for u in spoken(rt) if u.filler]) == 1
+
+
+async def test_a_slow_decision_at_a_soft_gate_ends_the_reply_and_its_lines_come_late() -> None:
+    text = SHOP + """
+interrupts:
+  - {id: goodbye, when: the caller wants to end the call, to: shop.gone}
+"""
+    late: list[str] = []
+    director = ScriptedDirector([lambda r: asyncio.sleep(0.3, {"interrupt": "goodbye"})])
+    rt = runtime(director, ScriptedTalker(["Hi.", "Of course."]), Playbook.from_yaml(text),
+                 hold_timeout=0.05, on_late_line=late.append)
+    await rt.start()
+    turn = await rt.user_turn("I have to go now, sorry")
+    assert turn.text == "Of course." and not turn.ended
+    await rt.wait_idle()
+    assert rt.state.ended and late == ["I'll let you go. Goodbye."]
+    assert spoken(rt)[-1].text == "I'll let you go. Goodbye."
