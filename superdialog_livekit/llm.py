@@ -13,10 +13,8 @@ and the reply to the earlier one, which nobody will hear, is recorded as heard e
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +27,7 @@ from superdialog_core.events import Utterance
 from superdialog_core.playbook import Playbook
 
 from .adapters import LiveKitDirector, LiveKitTalker, UsageTally, current_usage
+from .replies import ReplyPlanner
 from .sync import SpeechSync
 from .uris import resolve_llm
 
@@ -118,14 +117,8 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._call = dict(call or {})
         self._session_id = session_id
         self._runtime: Any = None
-        self._resumed = False
-        self._opened = False  # the opening ran (or the call started silently, or resumed)
-        # Set while the opening streams: a turn that arrives meanwhile waits for it, so the
-        # runtime never sees a turn before its start has finished (and replies stay in order).
-        self._opening_done: asyncio.Event | None = None
-        self._start_decision: asyncio.Future[str] | None = None  # see hold_turns
-        self._turn_waiting = False
         self.speech = SpeechSync(lambda: self.runtime, on_settled=self._publish)
+        self.replies = ReplyPlanner(lambda: self.runtime, self.speech, store)
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
         self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
@@ -172,26 +165,23 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
     @property
     def resumed(self) -> bool:
         """True when ``prepare()`` found this session's log in the store (failover)."""
-        return self._resumed
+        return self.replies.resumed
 
     async def prepare(self) -> bool:
-        """Build the runtime and, when the store holds this session's log, adopt it.
+        """Build the runtime and adopt this session's stored log, if any (see ``ReplyPlanner``)."""
+        return await self.replies.prepare()
 
-        Returns True for a resumed call: the runtime continues from the stored log and the
-        opening is not replayed. Raises ``CallStartError``/``ConfigError`` before anything is
-        said when the call cannot start.
-        """
-        rt = self.runtime
-        store = self._options["store"]
-        if store is None or self._opened:
-            return self._resumed
-        loaded = store.load(rt.session_id)
-        if inspect.isawaitable(loaded):
-            loaded = await loaded
-        if loaded is not None and len(loaded) > 0 and not self._opened:
-            self._resumed = True
-            await self._start_silently()  # adopts the stored log; says nothing
-        return self._resumed
+    def hold_turns(self) -> None:
+        """Hold caller turns until ``decide_start`` (see ``ReplyPlanner.hold_turns``)."""
+        self.replies.hold_turns()
+
+    def decide_start(self, mode: Literal["speak", "silent", "resumed"]) -> bool:
+        """Release held turns; True when the opening reply should be generated now."""
+        return self.replies.decide_start(mode)
+
+    async def start_silently(self) -> None:
+        """Start without speaking (an outbound call waits for the callee's first words)."""
+        await self.replies.start_silently()
 
     @property
     def call_values(self) -> dict[str, Any]:
@@ -219,40 +209,6 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             self._call.update(values)
         if call_start:
             self._call_start.update(call_start)
-
-    def hold_turns(self) -> None:
-        """Make user turns wait until the agent has decided how the call starts.
-
-        ``DialogAgent`` calls this first thing on enter, before it awaits anything (reading the
-        store may take a while). A caller who speaks meanwhile is answered by one reply that
-        speaks the opening first, so nothing is skipped and nothing is heard out of order.
-        """
-        if self._start_decision is None and not self._opened:
-            self._start_decision = asyncio.get_running_loop().create_future()
-
-    def decide_start(self, mode: Literal["speak", "silent", "resumed"]) -> bool:
-        """Release held turns. True: the caller should now generate the opening reply.
-
-        False for ``silent``/``resumed``, and for ``speak`` when a caller turn is already
-        waiting: that turn's reply speaks the opening first.
-        """
-        decision = self._start_decision
-        if decision is not None and not decision.done():
-            decision.set_result(mode)
-        return mode == "speak" and not self._turn_waiting and not self._opened
-
-    async def start_silently(self) -> None:
-        """Start without speaking (an outbound call waits for the callee's first words)."""
-        if not self._opened:
-            await self._start_silently()
-
-    async def _start_silently(self) -> None:
-        self._opened = True
-        done = self._opening_done = self._opening_done or asyncio.Event()
-        try:
-            await self.runtime.start(speak=False)
-        finally:
-            done.set()
 
     # -- LiveKit LLM interface ------------------------------------------------------------------
 
@@ -341,75 +297,6 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         for callback in list(self.on_ended):
             callback(handle)
 
-    def plan(self, chat_ctx: llm.ChatContext) -> tuple[str, list[str]]:
-        """What this reply is: ``("opening", [])``, ``("turn", texts)`` or ``("none", [])``.
-
-        Synchronous on purpose: new user messages are claimed before any await, so concurrent
-        streams never log the same message twice.
-        """
-        self.speech.sync_history(chat_ctx)
-        fresh = self.speech.ledger.new_user_messages(chat_ctx)
-        texts = [t for t in (self.speech.ledger.user_ids[m.id].strip() for m in fresh) if t]
-        if texts:
-            return "turn", texts
-        if not self._opened:
-            self._opened = True
-            return "opening", []
-        return "none", []
-
-    async def open_reply(self, plan: tuple[str, list[str]]) -> AsyncIterator[str] | None:
-        """The runtime stream for a plan (earlier user messages of a burst run as silent turns)."""
-        kind, texts = plan
-        rt = self.runtime
-        if kind == "opening":
-            self._opening_done = self._opening_done or asyncio.Event()
-            return rt.stream_start()
-        if kind == "none":
-            return None
-        mode = None
-        if self._start_decision is not None:
-            if not self._start_decision.done():
-                self._turn_waiting = True
-            mode = await self._start_decision
-        if mode == "speak" and not self._opened:
-            self._opened = True
-            return self._opening_then(texts)
-        if self._opening_done is not None:
-            await self._opening_done.wait()
-        # A first user turn before any opening (outbound call, or a plain Agent that never
-        # asked for one): the runtime starts silently by itself.
-        self._opened = True
-        return await self._turns(texts)
-
-    async def _turns(self, texts: list[str]) -> AsyncIterator[str]:
-        rt = self.runtime
-        for text in texts[:-1]:
-            turn = await rt.user_turn(text)
-            # Its reply was never sent to LiveKit: the caller heard none of it.
-            for event in turn.events:
-                if isinstance(event, Utterance) and event.role == "assistant":
-                    rt.mark_heard(event.version, "")
-        return rt.stream_turn(texts[-1])
-
-    async def _opening_then(self, texts: list[str]) -> AsyncIterator[str]:
-        """The opening, then the reply to the caller's first words, as one stream."""
-        done = self._opening_done = self._opening_done or asyncio.Event()
-        said = False
-        try:
-            async with aclosing(self.runtime.stream_start()) as opening:
-                async for piece in opening:
-                    said = True
-                    yield piece
-        finally:
-            done.set()
-        first = True
-        async with aclosing(await self._turns(texts)) as reply:
-            async for piece in reply:
-                if first and said and not piece[:1].isspace():
-                    yield " "  # the two replies are separate segments: one joining space
-                first = False
-                yield piece
-
     def guard_interruptible(self, handle: Any) -> None:
         """Disallow interruptions on the speech once it speaks an ``interruptible: false`` line."""
         if handle is None or not handle.allow_interruptions or handle.interrupted:
@@ -431,7 +318,7 @@ class DialogStream(llm.LLMStream):
         owner = self._owner
         request_id = utils.shortuuid("sd_")
         handle = _speech_handle()
-        plan = owner.plan(self._chat_ctx)
+        plan = owner.replies.plan(self._chat_ctx)
         rt = owner.runtime
         after = rt.log.version
         delivery = owner.speech.ledger.open("stream")
@@ -439,7 +326,7 @@ class DialogStream(llm.LLMStream):
         token = current_usage.set(tally)
         source: Any = None
         try:
-            source = await owner.open_reply(plan)
+            source = await owner.replies.open_reply(plan)
             if source is not None:
                 async for piece in source:
                     if not piece:
@@ -457,8 +344,8 @@ class DialogStream(llm.LLMStream):
             current_usage.reset(token)
             if source is not None:
                 await source.aclose()
-            if plan[0] == "opening" and owner._opening_done is not None:
-                owner._opening_done.set()
+            if plan[0] == "opening":
+                owner.replies.opening_finished()
             delivery.closed = True
             owner.speech.attach_utterances(delivery, after)
             owner.speech.track_speech(delivery, handle, after)
