@@ -31,7 +31,7 @@ targets) and the coverage report: everything that did not map (empty when all di
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -40,13 +40,7 @@ from pydantic import ValidationError
 from .errors import Problem
 from .flow_schema import ConversationFlow, FlowEdge, FlowNode
 from .flow_text import FlowText, slot_spec
-from .problems import (
-    drop_at,
-    hint_for,
-    join_path,
-    only_unknown_keys,
-    problems_from_validation_error,
-)
+from .problems import Repair, hint_for, join_path, split_path, validate_best_effort
 
 J = "main"
 _SILENCE = re.compile(r"silence|no response|not respond", re.IGNORECASE)
@@ -56,23 +50,69 @@ _HANDLER = re.compile(r"\b(webhook|timer)\b(?:[\s.:_-]+([A-Za-z][A-Za-z0-9_]*))?
 
 
 def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], list[str]]:
-    """``(full-format document, problems, coverage report)`` for a legacy flow document."""
-    unknown: list[Problem] = []
+    """``(full-format document, problems, coverage report)`` for a legacy flow document.
+
+    With problems, the document is best-effort (unknown keys and bad values left out, edges to
+    unknown nodes cut, unknown actions skipped) so the full format's checks can still run; it
+    is empty when nothing could be compiled (no usable initial node)."""
     try:
         flow = ConversationFlow.model_validate(doc)
+        problems: list[Problem] = []
+        repair = Repair()
     except ValidationError as exc:
-        unknown = problems_from_validation_error(exc, ConversationFlow)
-        if not only_unknown_keys(exc):
-            return {}, unknown, []
-        pruned = copy.deepcopy(doc)  # check the rest too: one load reports every problem
-        for err in exc.errors(include_url=False):
-            drop_at(pruned, err["loc"])
-        flow = ConversationFlow.model_validate(pruned)
+        flow, problems, repair = validate_best_effort(ConversationFlow, doc, exc)
+        if flow is None:
+            return {}, problems, []
     compiler = _FlowCompiler(flow)
-    problems = [*unknown, *compiler.check()]
-    if problems:
+    for problem in compiler.check():
+        problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+        if not repair.is_follow_on(problem):
+            problems.append(problem)
+    if not compiler.prune():
         return {}, problems, []
-    return compiler.compile(), [], compiler.coverage
+    full = compiler.compile()
+    return full, problems, [] if problems else compiler.coverage
+
+
+_NODE_FIELDS = {"guidance": "instruction", "say_verbatim": "static_text", "turn_budget": "max_turns",
+                "goal": "name", "advance_when": "edges", "slots": "edges", "on_enter": "actions"}
+_ACTION_FIELDS = {"body": "body_template", "url": "url", "headers": "headers", "method": "method",
+                  "timeout": "timeout"}
+
+
+def flow_author_path(doc: dict[str, Any], full: dict[str, Any], path: str) -> str:
+    """A path of the compiled full-format document → the node, action or key of ``doc``."""
+    parts = split_path(path)
+    if parts is None:
+        return path
+    nodes = [n.get("id") if isinstance(n, dict) else None for n in doc.get("nodes") or []]
+    actions = [a.get("id") if isinstance(a, dict) else None for a in doc.get("actions") or []]
+    if parts[:3] == ["journeys", J, "checkpoints"] and len(parts) > 3 and isinstance(parts[3], int):
+        try:
+            cp_id = full["journeys"][J]["checkpoints"][parts[3]]["id"]
+        except (KeyError, IndexError, TypeError):
+            return path
+        rest = parts[4:]
+        if cp_id not in nodes:
+            cp_id, rest = cp_id.split("__", 1)[0], []  # a synthetic checkpoint: its source node
+        if cp_id not in nodes:
+            return path
+        field = rest[0] if rest else None
+        renamed = _NODE_FIELDS.get(field) if isinstance(field, str) else None
+        rest = [renamed] if renamed in ("edges", "actions") else [renamed, *rest[1:]] if renamed else []
+        return join_path("", "nodes", nodes.index(cp_id), *rest)
+    if parts[:1] == ["tools"] and len(parts) > 1 and isinstance(parts[1], int):
+        try:
+            tool_id = full["tools"][parts[1]]["id"]
+        except (KeyError, IndexError, TypeError):
+            return path
+        if tool_id in actions:
+            field = parts[2] if len(parts) > 2 else None
+            renamed = _ACTION_FIELDS.get(field) if isinstance(field, str) else None
+            return join_path("", "actions", actions.index(tool_id), *([renamed, *parts[3:]] if renamed else []))
+    if parts[:1] == ["env"]:
+        return join_path("", "environment_variables", *parts[1:])
+    return {"persona": "system_prompt", "initial": "initial_node"}.get(path, path)
 
 
 class _FlowCompiler:
@@ -133,6 +173,20 @@ class _FlowCompiler:
     def _check_action(self, action_id: str, path: str, problems: list[Problem]) -> None:
         if action_id not in self.actions:
             problems.append(Problem(path, f"unknown action {action_id!r}", hint_for(action_id, list(self.actions))))
+
+    def prune(self) -> bool:
+        """Cut what ``check`` refused (edges to unknown nodes, unknown actions) so the rest can be
+        compiled; False when there is no usable initial node."""
+        initial = self.nodes.get(self.flow.initial_node)
+        if initial is None or not initial.speaks:
+            return False
+        for edge in [e for n in self.flow.nodes for e in n.edges] + list(self.flow.global_edges):
+            if edge.target_node_id is not None and edge.target_node_id not in self.nodes:
+                edge.target_node_id = None
+            edge.actions = [t for t in edge.actions if t.action_id in self.actions]
+        for node in self.flow.nodes:
+            node.actions = [t for t in node.actions if t.action_id in self.actions]
+        return True
 
     # --- templates and conditions ------------------------------------------------------
 
@@ -364,4 +418,4 @@ class _FlowCompiler:
         return policy, used
 
 
-__all__ = ["compile_flow"]
+__all__ = ["compile_flow", "flow_author_path"]

@@ -16,7 +16,7 @@ Format detection (SPEC §2.1):
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from .errors import PlaybookError, Problem
 from .playbook import Playbook
-from .problems import drop_at, only_unknown_keys, problems_from_validation_error
+from .problems import validate_best_effort
 from .yaml12 import dump_yaml_text, load_yaml
 
 PIPECAT_MESSAGE = (
@@ -120,7 +120,12 @@ def detect_format(doc: Any) -> str:
 
 
 def load_document(doc: Any, source: str | None = None) -> Playbook:
-    """Build, validate and compile a playbook from a parsed document of any format."""
+    """Build, validate and compile a playbook from a parsed document of any format.
+
+    Every problem comes out of one ``PlaybookError``: a format's own problems (unknown keys,
+    bad values, unknown steps or nodes) do not stop the checks of the full format, which run
+    on a best-effort lowering, with their paths mapped back to what the author wrote.
+    """
     if not isinstance(doc, dict):
         kind = type(doc).__name__ if doc is not None else "an empty document"
         raise PlaybookError(
@@ -132,56 +137,93 @@ def load_document(doc: Any, source: str | None = None) -> Playbook:
     coverage: list[str] | None = None
     if fmt == "pipecat":
         raise PlaybookError([Problem("", PIPECAT_MESSAGE)], source)
+    if fmt == "full":
+        return build_playbook(doc, source)
     if fmt == "simple":
-        from .simple import lower_simple
+        from .simple import lower_simple_mapped
 
-        full, problems = lower_simple(doc)
-        _raise_errors(problems, source)
-    elif fmt == "flow":
-        from .flow import compile_flow
+        full, problems, author_path = lower_simple_mapped(doc)
+    else:
+        from .flow import compile_flow, flow_author_path
 
         full, problems, coverage = compile_flow(doc)
+
+        def author_path(path: str, full: dict[str, Any] = full) -> str:
+            return flow_author_path(doc, full, path)
+
+    if not full:
         _raise_errors(problems, source)
-    else:
-        full, problems = doc, []
-    playbook = build_playbook(full, source, extra_warnings=problems)
+        raise PlaybookError(problems or [Problem("", "the playbook could not be read")], source)
+    playbook, later = check_document(full)
+    lowered_errors = any(p.severity == "error" for p in problems)
+    for problem in later:
+        if lowered_errors and problem.severity != "error":
+            continue  # the lowering was best-effort: its graph warnings would mislead
+        if _reported_by_the_format(problem):
+            continue
+        problems.append(dataclasses.replace(problem, path=author_path(problem.path)))
+    _raise_errors(_unique(problems), source)
+    assert playbook is not None
+    playbook._warnings = [p for p in problems if p.severity == "warning"]
     playbook._coverage = coverage
     return playbook
+
+
+def _reported_by_the_format(problem: Problem) -> bool:
+    """Refs and ids the simple and flow lowerings check themselves (with the author's names)."""
+    lowered = problem.path.startswith(("journeys.", "interrupts", "initial"))
+    if lowered and problem.message.startswith("unknown checkpoint"):
+        return True
+    return problem.path.startswith("journeys.main.checkpoints") and ": duplicate id " in problem.message
 
 
 def build_playbook(
     doc: dict[str, Any], source: str | None = None, extra_warnings: list[Problem] | None = None
 ) -> Playbook:
     """Validate a full-format document, run every check and compile; raise on any error."""
+    playbook, problems = check_document(doc)
+    problems = [*(extra_warnings or []), *problems]
+    _raise_errors(problems, source)
+    assert playbook is not None
+    playbook._warnings = [p for p in problems if p.severity == "warning"]
+    return playbook
+
+
+def check_document(doc: dict[str, Any]) -> tuple[Playbook | None, list[Problem]]:
+    """Every problem of a full-format document (errors first) and the playbook, or None.
+
+    When pydantic refuses the document, its problems are reported and the checks still run
+    on a best-effort repair of it (see ``problems.validate_best_effort``): their errors come
+    with the author's paths, except those the repair itself caused.
+    """
     from .validate import validate_playbook
 
     try:
         playbook = Playbook.model_validate(doc)
     except ValidationError as exc:
-        problems = problems_from_validation_error(exc, Playbook)
-        raise PlaybookError([*problems, *_checks_without_unknown_keys(doc, exc)], source) from None
+        repaired, problems, repair = validate_best_effort(Playbook, doc, exc)
+        if repaired is not None:
+            for problem in validate_playbook(repaired):
+                if problem.severity != "error":
+                    continue  # warnings about a repaired playbook would mislead
+                problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+                if not repair.is_follow_on(problem):
+                    problems.append(problem)
+        return None, _unique(problems)
+    return playbook, validate_playbook(playbook)
 
-    problems = [*(extra_warnings or []), *validate_playbook(playbook)]
-    _raise_errors(problems, source)
-    playbook._warnings = [p for p in problems if p.severity == "warning"]
-    return playbook
 
-
-def _checks_without_unknown_keys(doc: dict[str, Any], exc: ValidationError) -> list[Problem]:
-    """When unknown keys were the only field errors, the other checks still run (on a copy
-    without those keys), so one load reports every problem instead of one layer at a time."""
-    from .validate import validate_playbook
-
-    if not only_unknown_keys(exc):
-        return []
-    pruned = copy.deepcopy(doc)
-    for err in exc.errors(include_url=False):
-        drop_at(pruned, err["loc"])
-    try:
-        playbook = Playbook.model_validate(pruned)
-    except ValidationError:
-        return []
-    return [p for p in validate_playbook(playbook) if p.severity == "error"]
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Errors first, then warnings; each (path, message) once."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Problem] = []
+    for problem in [*(p for p in problems if p.severity == "error"),
+                    *(p for p in problems if p.severity != "error")]:
+        key = (problem.path, problem.message, problem.severity)
+        if key not in seen:
+            seen.add(key)
+            out.append(problem)
+    return out
 
 
 def _raise_errors(problems: list[Problem], source: str | None) -> None:
@@ -205,6 +247,7 @@ def dump_yaml(playbook: Playbook) -> str:
 __all__ = [
     "PIPECAT_MESSAGE",
     "build_playbook",
+    "check_document",
     "detect_format",
     "dump_document",
     "dump_yaml",

@@ -16,19 +16,14 @@ require-set (``require``, else all of ``collect`` when it has at most two keys).
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import Problem
-from .problems import (
-    drop_at,
-    hint_for,
-    join_path,
-    only_unknown_keys,
-    problems_from_validation_error,
-)
+from .problems import Repair, hint_for, join_path, split_path, validate_best_effort
 
 JOURNEY = "main"
 
@@ -112,19 +107,69 @@ _GUIDELINE_KEYS = ("channel", "tone", "call_type", "timezone", "memory_enabled",
 
 
 def lower_simple(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
-    """The full-format document for a simple-format ``doc``, and the problems found."""
-    problems: list[Problem] = []
+    """The full-format document for a simple-format ``doc``, and the problems found.
+
+    The document is best-effort when there are errors (what is wrong left out), and empty
+    when nothing could be lowered."""
+    full, problems, _ = lower_simple_mapped(doc)
+    return full, problems
+
+
+def lower_simple_mapped(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], Callable[[str], str]]:
+    """``lower_simple`` plus a function that maps a path of the lowered full-format document
+    to the simple-format key the author wrote (``journeys.main.checkpoints[1].guidance`` →
+    ``playbook[1].say``)."""
     try:
         simple = SimpleDoc.model_validate(doc)
+        problems: list[Problem] = []
+        repair = Repair()
     except ValidationError as exc:
-        problems = problems_from_validation_error(exc, SimpleDoc)
-        if not only_unknown_keys(exc):
-            return {}, problems
-        # Only unknown keys: check the rest too, so one load reports every problem.
-        pruned = copy.deepcopy(doc)
-        for err in exc.errors(include_url=False):
-            drop_at(pruned, err["loc"])
-        simple = SimpleDoc.model_validate(pruned)
+        simple, problems, repair = validate_best_effort(SimpleDoc, doc, exc)
+        if simple is None:
+            return {}, problems, lambda path: path
+    lowered: list[Problem] = []
+    full = _lower(simple, lowered)
+    for problem in lowered:
+        problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+        if not repair.is_follow_on(problem):
+            problems.append(problem)
+    steps = [s if isinstance(s, dict) else {} for s in doc.get("playbook", [])]
+
+    def author_path(path: str) -> str:
+        parts = split_path(path)
+        if parts is None:
+            return path
+        if parts[:3] == ["journeys", JOURNEY, "checkpoints"] and len(parts) > 3 and isinstance(parts[3], int):
+            index = repair.original_parts(["playbook", parts[3]])[1]
+            rest = parts[4:]
+            field = rest[0] if rest else None
+            if field == "guidance" and index == 0 and not (index < len(steps) and steps[index].get("say")):
+                return "opening"
+            renamed = _STEP_FIELDS.get(field) if isinstance(field, str) else None
+            if renamed is not None:
+                rest = [renamed] if field in ("slots", "advance_when") else [renamed, *rest[1:]]
+            elif field in _STEP_KEPT:
+                pass
+            else:
+                rest = []
+            return join_path("", "playbook", index, *rest)
+        if parts[:1] == ["interrupts"]:
+            return join_path("", *repair.original_parts(parts))
+        if parts[:1] == ["guidelines"] and len(parts) > 1:
+            return join_path("", "persona", "language") if parts[1] == "language" else join_path("", *parts[1:])
+        if parts == ["knowledge_base"]:
+            return "facts.knowledge_base"
+        return path
+
+    return full, problems, author_path
+
+
+_STEP_FIELDS = {"guidance": "say", "exit_say": "then_say", "goal": "purpose", "slots": "collect",
+                "uses_kb": "kb", "advance_when": "done_when"}
+_STEP_KEPT = {"id", "turn_budget", "gate", "entity", "outcome", "terminal"}
+
+
+def _lower(simple: SimpleDoc, problems: list[Problem]) -> dict[str, Any]:
     step_ids = [step.id for step in simple.playbook]
     seen: dict[str, int] = {}
     for index, step_id in enumerate(step_ids):
@@ -160,7 +205,7 @@ def lower_simple(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
         full["call_start"] = simple.call_start
     if simple.policies:
         full["policies"] = simple.policies
-    return full, problems
+    return full
 
 
 def _target(step_ids: list[str], to: str, path: str, problems: list[Problem], *, allow_qualified: bool) -> str:
@@ -330,4 +375,4 @@ def persona_prose(simple: SimpleDoc) -> str:
     return "\n\n".join(blocks)
 
 
-__all__ = ["JOURNEY", "SimpleDoc", "SimpleStep", "language_name", "lower_simple", "persona_prose"]
+__all__ = ["JOURNEY", "SimpleDoc", "SimpleStep", "language_name", "lower_simple", "lower_simple_mapped", "persona_prose"]

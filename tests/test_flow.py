@@ -167,3 +167,30 @@ def test_unknown_targets_and_actions_are_errors() -> None:
 
 def test_flow_round_trips_through_to_yaml(playbook: Playbook) -> None:
     assert Playbook.from_yaml(playbook.to_yaml()) == playbook
+
+
+def test_every_kind_of_problem_comes_out_of_one_load() -> None:
+    """An unknown key, a bad value, an unknown target and a template error, with the flow's paths."""
+    doc = flow_doc()
+    node(doc, "greet")["instrucion"] = "x"
+    node(doc, "greet")["max_turns"] = 0
+    node(doc, "greet")["edges"][0]["target_node_id"] = "colect"
+    node(doc, "confirm")["instruction"] = "Confirm {% if %}"
+    with pytest.raises(PlaybookError) as err:
+        Playbook.from_dict(doc)
+    found = {p.path: p for p in err.value.problems}
+    confirm = [n["id"] for n in doc["nodes"]].index("confirm")
+    assert set(found) == {"nodes[0].instrucion", "nodes[0].max_turns", "nodes[0].edges[0].target_node_id",
+                          f"nodes[{confirm}].instruction"}
+    assert found["nodes[0].edges[0].target_node_id"].hint == "did you mean 'collect'?"
+    assert found[f"nodes[{confirm}].instruction"].message.startswith("invalid template")
+    assert all(p.severity == "error" for p in found.values())
+
+
+def test_an_unusable_initial_node_still_reports_the_field_problems() -> None:
+    doc = flow_doc()
+    doc["initial_node"] = "gret"
+    node(doc, "collect")["is_final"] = "maybe"
+    with pytest.raises(PlaybookError) as err:
+        Playbook.from_dict(doc)
+    assert [p.path for p in err.value.problems] == ["nodes[1].is_final", "initial_node"]

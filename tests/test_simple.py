@@ -211,3 +211,34 @@ def test_unknown_keys_do_not_hide_step_errors() -> None:
     doc = steps(then="clsoe", done_wehn="x")
     assert [(p.path, p.message) for p in problems(doc)] == [
         ("playbook[0].done_wehn", "unknown key 'done_wehn'"), ("playbook[0].then", "unknown step 'clsoe'")]
+
+
+def test_every_kind_of_problem_comes_out_of_one_load() -> None:
+    """An unknown key, a bad literal, a bad reference and a template error, with the author's paths."""
+    doc = steps(done_wehn="x", gate="medium", then="clsoe", say="Hi {{ slots.nmae }}")
+    doc["playbook"].append({"id": "other", "terminal": True, "say": "{{ x ("})
+    found = {p.path: p for p in problems(doc)}
+    assert set(found) == {"playbook[0].done_wehn", "playbook[0].gate", "playbook[0].then",
+                          "playbook[0].say", "playbook[2].say"}
+    assert found["playbook[0].gate"].message.startswith("invalid value 'medium'")
+    assert found["playbook[0].then"].message == "unknown step 'clsoe'"
+    assert found["playbook[0].say"].hint == "did you mean 'name'?"
+    assert found["playbook[2].say"].message.startswith("invalid template")
+
+
+def test_a_dropped_step_keeps_the_other_steps_paths_and_adds_no_follow_on() -> None:
+    doc = steps(turn_budget="x")
+    doc["playbook"].insert(1, {"purpose": "no id", "then": "close"})
+    doc["playbook"].append({"id": "gone", "purpose": 5})
+    doc["playbook"][2]["say"] = "Bye {{ slots.nope }}"
+    doc["interrupts"] = [{"when": "bye", "to": "gone"}]
+    doc["timezone"] = "Mars/Base"
+    assert [p.path for p in problems(doc)] == [
+        "playbook[0].turn_budget", "playbook[1].id", "playbook[3].purpose", "timezone", "playbook[2].say"]
+
+
+def test_opening_template_error_names_opening() -> None:
+    doc = steps()
+    doc["opening"] = "{{ slots.nope }}"
+    assert [(p.path, p.message) for p in problems(doc)] == [
+        ("opening", "template reads undeclared slot 'nope'")]

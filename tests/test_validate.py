@@ -431,3 +431,84 @@ def test_a_broken_ref_does_not_also_warn_about_the_graph() -> None:
     doc = base()
     cps(doc)[0]["advance_when"][0]["to"] = "visit.detials"
     assert [p.severity for p in problems(doc)] == ["error"]
+
+
+def test_every_kind_of_problem_comes_out_of_one_load() -> None:
+    """An unknown key, a bad literal, a bad reference and an expression error: all four at once."""
+    doc = base()
+    cps(doc)[1]["guidence"] = "x"
+    cps(doc)[2]["gate"] = "medium"
+    cps(doc)[0]["advance_when"][0]["to"] = "visit.detials"
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.name and ("
+    found = {p.path: p for p in problems(doc)}
+    assert set(found) == {
+        "journeys.visit.checkpoints[1].guidence", "journeys.visit.checkpoints[2].gate",
+        "journeys.visit.checkpoints[0].advance_when[0].to", "journeys.visit.checkpoints[1].advance_when[0].when"}
+    assert found["journeys.visit.checkpoints[2].gate"].message.startswith("invalid value 'medium'")
+    assert found["journeys.visit.checkpoints[0].advance_when[0].to"].hint == "did you mean 'visit.details'?"
+    assert found["journeys.visit.checkpoints[1].advance_when[0].when"].message.startswith("invalid expression")
+    assert all(p.severity == "error" for p in found.values())
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    (lambda d: cps(d)[1].__setitem__("turn_budget", "x"), "journeys.visit.checkpoints[1].turn_budget"),
+    (lambda d: cps(d)[2]["advance_when"][0].__setitem__("judge", "llmm"),
+     "journeys.visit.checkpoints[2].advance_when[0].judge"),
+    (lambda d: d["pipelines"][0]["steps"][0]["on"].__setitem__("failed", {"retry": 11}),
+     "pipelines[0].steps[0].on.failed.retry"),
+    (lambda d: cps(d)[2]["advance_when"][0].pop("to"), "journeys.visit.checkpoints[2].advance_when[0].to"),
+    (lambda d: d["tools"][0].__setitem__("timeout", "soon"), "tools[0].timeout"),
+    (lambda d: d.__setitem__("policies", {"context": "forget"}), "policies.context"),
+])
+def test_a_bad_value_does_not_hide_the_cross_reference_and_compile_checks(change: Any, path: str) -> None:
+    doc = base()
+    change(doc)
+    cps(doc)[3]["advance_when"][0]["to"] = "visit.dnoe"
+    cps(doc)[4]["say_verbatim"] = "Bye {{ slots.nmae }}."
+    found = problems(doc)
+    assert [p.path for p in found] == [path, "journeys.visit.checkpoints[3].advance_when[0].to",
+                                       "journeys.visit.checkpoints[4].say_verbatim"]
+    assert found[1].message == "unknown checkpoint 'visit.dnoe'"
+    assert found[2].hint == "did you mean 'name'?"
+
+
+def test_paths_after_a_dropped_item_are_the_authors() -> None:
+    """A rule missing `to` is left out to check the rest; later rules keep their own index."""
+    doc = base()
+    cps(doc)[1]["advance_when"].insert(0, {"when": "x"})
+    cps(doc)[1]["advance_when"][2]["requires"] = ["nmae"]
+    cps(doc)[1]["advance_when"][1]["when"] = "slots.nmae"
+    cps(doc).insert(0, {"goal": "no id"})
+    paths = [p.path for p in problems(doc)]
+    assert paths == ["journeys.visit.checkpoints[0].id", "journeys.visit.checkpoints[2].advance_when[0].to",
+                     "journeys.visit.checkpoints[2].advance_when[2].requires[0]",
+                     "journeys.visit.checkpoints[2].advance_when[1].when"]
+
+
+def test_no_follow_on_problem_from_what_the_repair_left_out() -> None:
+    doc = base()
+    # The only rule of an auto checkpoint is left out (no `to`): no "auto needs a rule" too.
+    cps(doc)[2]["advance_when"] = [{"when": "yes"}]
+    cps(doc)[2]["auto"] = True
+    # A bad `advance_when` shape: the field is left out, so no "pipeline.ok" rule is compiled.
+    cps(doc)[3]["advance_when"] = "pipeline.ok"
+    # A pipeline left out whole (no steps): no "unknown pipeline" for the checkpoint that runs it.
+    doc["pipelines"][0].pop("steps")
+    # A bad value reset to its default: the tool itself is still checked.
+    doc["tools"][0]["method"] = 5
+    doc["tools"].append({"url": "http://127.0.0.1/{{ slots.nope }}"})
+    # Slots whose declaration is malformed: no "undeclared slot" for their reads.
+    cps(doc)[1]["slots"] = ["name", "day"]
+    found = problems(doc)
+    assert sorted(p.path for p in found) == [
+        "journeys.visit.checkpoints[1].slots", "journeys.visit.checkpoints[2].advance_when[0].to",
+        "journeys.visit.checkpoints[3].advance_when", "pipelines[0].steps", "tools[0].method", "tools[1].id"]
+    assert not [p for p in found if p.severity == "warning"]
+
+
+def test_a_missing_required_top_level_key_still_lists_the_other_field_problems() -> None:
+    doc = base()
+    del doc["journeys"]
+    doc["zzzz"] = 1
+    doc["tools"][0]["timeout"] = "soon"
+    assert {p.path for p in problems(doc)} == {"journeys", "zzzz", "tools[0].timeout"}
