@@ -55,10 +55,25 @@ class _Compiler:
         try:
             compiled = self.expr.compile_expr(text, context=context)
         except self.expr.ExprError as exc:
-            self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
+            if "unknown name 'args'" in str(exc):
+                self.problems.append(self._args_problem(path))
+            else:
+                self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
             return None
         self.check_names(text, path)
         return compiled
+
+    @staticmethod
+    def _args_problem(path: str) -> Problem:
+        """``args`` (a handler's payload, a model's tool arguments) reaches a tool's url, headers
+        and body templates at call time; expressions cannot read it (expr.py has no namespace
+        for it yet), so say so instead of "unknown name"."""
+        if path.startswith("tools"):
+            return Problem(path, "a tool's `when` cannot read args: args are only available in the tool's "
+                           "url, headers and body templates",
+                           "test slots, results, call or calls in `when`; use args in the templates")
+        return Problem(path, "invalid expression: args is only available in a tool's url, headers and body templates",
+                       "read slots, results, call or calls here")
 
     def _expr_hint(self, text: str, exc: Exception) -> str | None:
         if "did you mean" in str(exc) or "declare" in str(exc):

@@ -232,3 +232,28 @@ def test_round_trip_keeps_any_string(values: list[str]) -> None:
     assert again == playbook
     assert again.checkpoint("main.only").goal == goal
     assert yaml.safe_load(text)["journeys"]["main"]["checkpoints"][0].get("goal", "") == goal
+
+
+def test_validate_cli_prints_every_kind_of_problem(tmp_path: Path) -> None:
+    """`superdialog-livekit validate`: an unknown key, bad values, a missing key, a bad ref and an
+    expression error all come out of one run, each with its dotted path."""
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        "journeys:\n  main:\n    checkpoints:\n"
+        "      - id: ask\n        gate: medium\n        turn_budget: x\n        advance_when:\n"
+        "          - {when: 'slots.nope', judge: expr, to: main.dnoe}\n"
+        "          - {when: done, judge: llmm, to: main.done}\n"
+        "          - {when: no target}\n"
+        "      - {id: done, terminal: true, outcom: finished}\n"
+    )
+    result = subprocess.run([sys.executable, "-m", "superdialog_livekit", "validate", str(broken)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    for path in ["checkpoints[0].gate", "checkpoints[0].turn_budget", "checkpoints[0].advance_when[0].to",
+                 "checkpoints[0].advance_when[0].when", "checkpoints[0].advance_when[1].judge",
+                 "checkpoints[0].advance_when[2].to", "checkpoints[1].outcom"]:
+        assert f"error: journeys.main.{path}:" in result.stdout, result.stdout
+    assert "7 problem(s)" in result.stdout
