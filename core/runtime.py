@@ -199,8 +199,9 @@ class Runtime:
             lines = self._progress.take_lines()
             if speak:
                 self._undelivered = lines
-                async for piece in self._flow.finish_reply(reply, opening=True):
-                    yield piece
+                async with aclosing(self._flow.finish_reply(reply, opening=True)) as pieces:
+                    async for piece in pieces:
+                        yield piece
             completed = True
         finally:
             self._close(reply, completed, task=None)
@@ -266,14 +267,16 @@ class Runtime:
                 return
             user = self._emit(Utterance(role="user", text=text))
             if self._flow.over_time():
-                async for piece in self._flow.time_up(reply):
-                    yield piece
+                async with aclosing(self._flow.time_up(reply)) as pieces:
+                    async for piece in pieces:
+                        yield piece
                 completed = True
                 return
             task = self._flow.start_decision(text, user.version)
             self._live = (reply, task)
-            async for piece in self._flow.reply(reply, task):
-                yield piece
+            async with aclosing(self._flow.reply(reply, task)) as pieces:
+                async for piece in pieces:
+                    yield piece
             completed = True
         finally:
             self._close(reply, completed, task)

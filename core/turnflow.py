@@ -167,8 +167,9 @@ class TurnFlow:
         if reply.stopped:
             return
         rt._undelivered = rt._progress.take_lines()
-        async for piece in self.finish_reply(reply):
-            yield piece
+        async with aclosing(self.finish_reply(reply)) as pieces:
+            async for piece in pieces:
+                yield piece
         self._check_repair(reply)
 
     async def finish_reply(self, reply: Reply, *, opening: bool = False) -> AsyncIterator[str]:
@@ -274,8 +275,9 @@ class TurnFlow:
         if not policy.then:
             return
         rt._progress.advance(policy.then, rule_id="policy:silence", by="policy")
-        async for piece in self._moved(reply):
-            yield piece
+        async with aclosing(self._moved(reply)) as pieces:
+            async for piece in pieces:
+                yield piece
 
     async def handler(self, reply: Reply, kind: str, name: str, payload: dict[str, Any]) -> AsyncIterator[str]:
         """A webhook or timer: its handler's pipeline runs with the payload as ``args``."""
@@ -291,8 +293,9 @@ class TurnFlow:
         rt._progress._write_error_context(outcome)
         if outcome.route and not rt.state.ended:
             rt._progress.advance(outcome.route, rule_id="pipeline", by="pipeline")
-        async for piece in self._moved(reply, speak_unless_moved=before):
-            yield piece
+        async with aclosing(self._moved(reply, speak_unless_moved=before)) as pieces:
+            async for piece in pieces:
+                yield piece
 
     async def _moved(self, reply: Reply, speak_unless_moved: str | None = None) -> AsyncIterator[str]:
         """Settle after a policy or handler move and speak what became due (never silently)."""

@@ -612,3 +612,39 @@ interrupts:
     await rt.wait_idle()
     assert rt.state.ended and late == ["I'll let you go. Goodbye."]
     assert spoken(rt)[-1].text == "I'll let you go. Goodbye."
+
+
+class ClosingTalker:
+    """A Talker that records when each of its streams is closed (to see barge-ins stop it)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.closed: list[str] = []
+
+    def speak(self, request: object) -> object:
+        text = self.replies.pop(0)
+        return self._stream(text)
+
+    async def _stream(self, text: str):  # type: ignore[no-untyped-def]
+        try:
+            for word in text.split(" "):
+                await asyncio.sleep(0)
+                yield word + " "
+        finally:
+            self.closed.append(text)
+
+
+async def test_barge_in_during_the_follow_through_closes_that_talker_stream_at_once() -> None:
+    talker = ClosingTalker(["Hi.", "Two, great.", "So that is two people, is that right?"])
+    rt = runtime(ScriptedDirector([{"slots": {"party": 2}}]), talker)
+    await rt.start()
+    stream = rt.stream_turn("two of us")
+    chunks: list[str] = []
+    async for chunk in stream:
+        chunks.append(chunk)
+        if "So" in chunk:
+            break
+    await stream.aclose()
+    assert talker.closed[-1] == "So that is two people, is that right?"  # closed now, not at GC
+    follow = spoken(rt)[-1]
+    assert follow.interrupted and follow.text == "So" and follow.purpose == "follow_through"
