@@ -58,7 +58,17 @@ class Turn:
 
 
 class Runtime:
-    """The engine for one conversation (SPEC §1, §6). See the module docstring."""
+    """The engine for one conversation (SPEC §1, §6). See the module docstring.
+
+    ``director``/``talker`` are a ``DirectorModel``/``TalkerModel``. ``call_start`` values are
+    checked against ``playbook.call_start`` (``CallStartError`` listing every problem) and
+    written confirmed at start; ``call`` fills ``call.*``; ``${VAR}``s in ``env`` are resolved
+    from the process environment now (``ConfigError`` naming every unset one). ``store``
+    persists the log after each turn and resumes a known ``session_id``. ``barrier_timeout``,
+    ``hold_timeout`` (default ``policies.hold_timeout``) drive the barrier ladder;
+    ``director_timeout`` bounds the model call; ``on_late_line(text)`` receives lines that
+    became due after a reply ended (logged once, just before the call).
+    """
 
     def __init__(
         self,
