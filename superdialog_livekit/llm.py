@@ -54,6 +54,18 @@ def _speech_handle() -> Any | None:
     return _SpeechHandleContextVar.get(None)
 
 
+async def _until_committed(handle: Any) -> None:
+    """Wait until LiveKit commits to this reply's speech (schedules it).
+
+    A preemptive generation runs before the caller's turn is confirmed, on a transcript that
+    may still change; LiveKit schedules its speech only once the turn is confirmed, and cancels
+    it otherwise. Waiting here means the engine never logs words, runs the Director on them, or
+    streams a reply for a turn the caller did not finish: a discarded attempt leaves no trace.
+    """
+    while not handle.scheduled:
+        await asyncio.sleep(0.005)  # SpeechHandle has no public "scheduled" future
+
+
 def _as_model(model: Any, *, role: str, base_url: str | None) -> Any:
     """A LiveKit LLM or URI wrapped for the engine; an engine model (``.speak``/``.decide``) as is."""
     if role == "talker" and hasattr(model, "speak") and not isinstance(model, llm.LLM):
@@ -318,6 +330,8 @@ class DialogStream(llm.LLMStream):
         owner = self._owner
         request_id = utils.shortuuid("sd_")
         handle = _speech_handle()
+        if handle is not None and not handle.scheduled:
+            await _until_committed(handle)  # preemptive: cancelled here if LiveKit drops it
         plan = owner.replies.plan(self._chat_ctx)
         rt = owner.runtime
         after = rt.log.version

@@ -384,3 +384,46 @@ async def test_a_caller_who_speaks_while_the_store_loads_hears_the_opening_first
     print(kinds)
     assert kinds[0] == ("assistant", "Welcome! How many are you?")
     assert kinds[1] == ("user", "four of us")
+
+
+async def test_a_preemptive_generation_waits_for_the_turn_and_a_dropped_one_leaves_no_trace(
+    playbook: Playbook,
+) -> None:
+    from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
+    from livekit.agents.voice.speech_handle import SpeechHandle
+
+    director = DirectorLLM([{"slots": {"party_size": 6}}])
+    dialog = DialogMachineLLM(playbook, talker=TalkerLLM(["Six.", "Right?"]), director=director)
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="assistant", content=await _collect(dialog, ctx))
+    rt = dialog.runtime
+    version = rt.log.version
+
+    # LiveKit drops a speculative reply (the caller kept talking): nothing reaches the log.
+    dropped_ctx = ctx.copy()
+    dropped_ctx.add_message(role="user", content="six of")
+    token = _SpeechHandleContextVar.set(SpeechHandle.create())  # never scheduled
+    try:
+        stream = dialog.chat(chat_ctx=dropped_ctx)
+    finally:
+        _SpeechHandleContextVar.reset(token)
+    await asyncio.sleep(0.1)
+    await stream.aclose()
+    assert rt.log.version == version and director.contexts == []
+
+    # The confirmed attempt waits until LiveKit schedules its speech, then runs the turn.
+    ctx.add_message(role="user", content="six of us")
+    handle = SpeechHandle.create()
+    token = _SpeechHandleContextVar.set(handle)
+    try:
+        stream = dialog.chat(chat_ctx=ctx.copy())
+    finally:
+        _SpeechHandleContextVar.reset(token)
+    await asyncio.sleep(0.1)
+    assert rt.log.version == version  # still speculative: nothing logged yet
+    handle._mark_scheduled()  # LiveKit confirmed the turn
+    async with stream:
+        text = (await stream.collect()).text
+    assert text == "Six. Right?"
+    users = [e.text for e in rt.log if isinstance(e, Utterance) and e.role == "user"]
+    assert users == ["six of us"]
