@@ -55,56 +55,44 @@ def _absent(value: Any) -> bool:
 
 def spoken_date(value: Any, language: str = "en") -> Any:
     """ISO date (or date/datetime) → "Tuesday, December 1" in ``language``; else unchanged."""
-    if _absent(value):
-        return value
-    day: date | None
-    if isinstance(value, datetime):
-        day = value.date()
-    elif isinstance(value, date):
-        day = value
-    elif isinstance(value, str):
-        day = _parse_date(value.strip())
-    else:
-        day = None
+    day = None if _absent(value) else _moment(value, date)
     return value if day is None else _format_date(day, language)
-
-
-@lru_cache(maxsize=1024)
-def _format_date(day: date, language: str) -> str:
-    # Babel formats a pattern in tens of microseconds; a call speaks the same few days again
-    # and again (guidance is rendered for every Talker view), so each is formatted once.
-    from babel.dates import format_date
-
-    text = format_date(day, format=_date_pattern(language), locale=_locale(language))
-    return text.translate(_SPACES)
-
-
-def _parse_date(text: str) -> date | None:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).date()
-    except ValueError:
-        return None
 
 
 def spoken_time(value: Any, language: str = "en") -> Any:
     """ "14:30" (or a time/datetime) → "2:30 PM" in English, the locale's short time elsewhere."""
-    if _absent(value):
-        return value
-    moment: time | None
-    if isinstance(value, datetime):
-        moment = value.timetz() if value.tzinfo else value.time()
-    elif isinstance(value, time):
-        moment = value
-    elif isinstance(value, str):
-        moment = _parse_time(value.strip())
-    else:
-        moment = None
-    # format_time would convert an aware time to UTC; speak the wall clock that was written.
-    return value if moment is None else _format_time(moment.replace(tzinfo=None), language)
+    moment = None if _absent(value) else _moment(value, time)
+    return value if moment is None else _format_time(moment, language)
+
+
+def _moment(value: Any, want: type[date] | type[time]) -> Any:
+    """The day or the wall-clock time (naive) in ``value``: an object or ISO text; else None."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return want.fromisoformat(text)  # "2026-12-01" or "14:30"
+        except ValueError:
+            pass
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if isinstance(value, datetime):  # before `date`: a datetime is a date too
+        return value.date() if want is date else value.time()
+    if isinstance(value, want):
+        # format_time would convert an aware time to UTC; speak the wall clock that was written
+        return value.replace(tzinfo=None) if isinstance(value, time) else value
+    return None
+
+
+# Babel formats a pattern in tens of microseconds; a call speaks the same few days again and
+# again (guidance is rendered for every Talker view), so each value is formatted once.
+@lru_cache(maxsize=1024)
+def _format_date(day: date, language: str) -> str:
+    from babel.dates import format_date
+
+    text = format_date(day, format=_date_pattern(language), locale=_locale(language))
+    return text.translate(_SPACES)
 
 
 @lru_cache(maxsize=1024)
@@ -112,17 +100,6 @@ def _format_time(wall: time, language: str) -> str:
     from babel.dates import format_time
 
     return format_time(wall, format="short", locale=_locale(language)).translate(_SPACES)
-
-
-def _parse_time(text: str) -> time | None:
-    try:
-        return time.fromisoformat(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).time()
-    except ValueError:
-        return None
 
 
 def spoken_digits(value: Any) -> Any:
