@@ -354,8 +354,13 @@ def unsupported_keys(playbook: Playbook) -> list[str]:
     for key in ("director_model", "talker_model"):  # the plugin takes models as arguments
         if getattr(playbook.guidelines, key) is not None:
             found.append(f"guidelines.{key}")
-    if playbook.policies.extended_timeout:
-        found.append("policies.extended_timeout")
+    if playbook.llm is not None:  # likewise
+        found.append("llm")
+    if playbook.guidelines.call_type is not None:
+        found.append("guidelines.call_type")
+    if playbook.guidelines.gender != "neutral":  # the voice is the TTS's, chosen by the worker
+        found.append("guidelines.gender")
+    # policies.extended_timeout is acted on: the hard-gate ladder waits that long after the hold line.
     for path, _, cp in iter_checkpoints(playbook):
         if cp.handover:
             found.append(join_path(path, "handover"))

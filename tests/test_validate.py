@@ -335,13 +335,28 @@ def test_unsupported_keys_give_one_warning_listing_each_path() -> None:
     cps(doc)[2]["context"] = "reset"
     doc["interrupts"] = [{"id": "paid", "when": "paid", "judge": "event", "to": "visit.done"}]
     doc["tools"][0].update(ttl_seconds=5, on_expire="create")
+    doc["llm"] = {"provider": "openai", "model": "gpt-4o"}
+    doc["guidelines"] = {"call_type": "booking", "gender": "female"}
+    cps(doc)[2].update(strict=True, handover=True, uses_kb=True)
+    doc["interrupts"][0]["resume"] = True
     warnings = [w for w in Playbook.from_dict(doc).warnings if "does not act on" in w.message]
     assert len(warnings) == 1
     for path in ["pronunciations", "multi_entity", "knowledge_base",
                  "journeys.visit.checkpoints[1].slots.name.resolve_from",
                  "journeys.visit.checkpoints[2].context", "interrupts[0].judge",
-                 "tools[0].ttl_seconds", "tools[0].on_expire"]:
+                 "tools[0].ttl_seconds", "tools[0].on_expire", "llm", "guidelines.call_type",
+                 "guidelines.gender", "journeys.visit.checkpoints[2].strict",
+                 "journeys.visit.checkpoints[2].handover", "journeys.visit.checkpoints[2].uses_kb",
+                 "interrupts[0].resume"]:
         assert path in warnings[0].message
+
+
+def test_keys_the_runtime_acts_on_give_no_ignored_warning() -> None:
+    """extended_timeout is the hard-gate ladder's wait after the hold line: not ignored."""
+    doc = base()
+    doc["policies"] = {"extended_timeout": 6, "hold_timeout": 3, "start_failure_line": "Sorry."}
+    doc["guidelines"] = {"tone": "casual", "channel": "text", "gender": "neutral"}
+    assert Playbook.from_dict(doc).warnings == []
 
 
 def test_all_problems_come_out_of_one_error_errors_first() -> None:
