@@ -129,6 +129,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._call = dict(call or {})
         self._session_id = session_id
         self._runtime: Any = None
+        self._check_start_values()
         self.speech = SpeechSync(lambda: self.runtime, on_settled=self._publish)
         self.replies = ReplyPlanner(lambda: self.runtime, self.speech, store)
         self._published = 0  # last log version emitted as a DialogEvent
@@ -217,10 +218,39 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
                 "call values can only be set before the first turn; set them before "
                 "session.start() or before reading .runtime"
             )
-        if values:
-            self._call.update(values)
-        if call_start:
-            self._call_start.update(call_start)
+        call, start = dict(self._call), dict(self._call_start)
+        self._call.update(values or {})
+        self._call_start.update(call_start or {})
+        try:
+            self._check_start_values()
+        except ValueError:
+            self._call, self._call_start = call, start  # nothing is saved from a refused batch
+            raise
+
+    def _check_start_values(self) -> None:
+        """Refuse at construction what the runtime would refuse at the first reply.
+
+        Unset ``${VARS}`` (ConfigError), unknown call.* names and call-start values that do not
+        fit (CallStartError), each listing every problem, before the caller hears anything.
+        """
+        from superdialog_core.startup import (
+            anchor_time,
+            check_call_start,
+            check_call_values,
+            language_of,
+            phone_region,
+            resolve_env,
+        )
+        from superdialog_core.values import ValueContext
+
+        resolve_env(self._playbook)
+        call = check_call_values({k: v for k, v in self._call.items() if k != "session_id"}, "-")
+        if self._call_start:
+            ctx = ValueContext(now=anchor_time(self._playbook, self._options["now"]),
+                               timezone=self._playbook.guidelines.timezone,
+                               phone_region=phone_region(self._playbook, call),
+                               language=language_of(self._playbook))
+            check_call_start(self._playbook, self._call_start, ctx)
 
     # -- LiveKit LLM interface ------------------------------------------------------------------
 

@@ -427,3 +427,17 @@ async def test_a_preemptive_generation_waits_for_the_turn_and_a_dropped_one_leav
     assert text == "Six. Right?"
     users = [e.text for e in rt.log if isinstance(e, Utterance) and e.role == "user"]
     assert users == ["six of us"]
+
+
+def test_bad_start_values_are_refused_at_construction_and_by_set_call(playbook: Playbook) -> None:
+    from superdialog_core.errors import CallStartError, ConfigError
+
+    pb = Playbook.from_yaml(PLAYBOOK + "call_start:\n  customer: {type: int, required: true}\n")
+    with pytest.raises(CallStartError, match="customer"):
+        DialogMachineLLM(pb, talker=TalkerLLM(["x"]), call_start={"customer": "many"})
+    with pytest.raises(ConfigError, match=r"call\.colour"):
+        DialogMachineLLM(playbook, talker=TalkerLLM(["x"]), call={"colour": "red"})
+    dialog = DialogMachineLLM(pb, talker=TalkerLLM(["x"]), call_start={"customer": 7})
+    with pytest.raises(CallStartError):
+        dialog.set_call(call_start={"customer": "many"})
+    assert dialog.runtime.state.version == 0 and dialog._call_start == {"customer": 7}
