@@ -93,15 +93,20 @@ def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
     return dialog
 
 
-async def refuse_call(ctx: JobContext, playbook: Playbook, *, vad: Any, phone: bool) -> None:
-    """A call that cannot start: a phone caller hears the start-failure line, then hangs up."""
+async def refuse_call(ctx: JobContext, playbook: Playbook, *, vad: Any, phone: bool,
+                      session: AgentSession | None = None) -> None:
+    """A call that cannot start: a phone caller hears the start-failure line, then hangs up.
+
+    ``session`` is for tests (a text-mode session); the worker builds one with TTS in the room.
+    """
     if not phone:
         ctx.shutdown(reason="call refused: call-start values or configuration invalid")
         return
-    from livekit.plugins import openai
+    if session is None:
+        from livekit.plugins import openai
 
-    session = AgentSession(tts=openai.TTS(), vad=vad)
-    await session.start(Agent(instructions=""), room=ctx.room)
+        session = AgentSession(tts=openai.TTS(), vad=vad)
+        await session.start(Agent(instructions=""), room=ctx.room)
     handle = session.say(playbook.policies.start_failure_line, allow_interruptions=False)
     await handle
     await ctx.delete_room()

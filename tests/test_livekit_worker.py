@@ -93,3 +93,25 @@ async def test_unset_env_variables_are_refused_before_the_greeting(
     with fake_job_context(job_metadata=json.dumps({"call_start": {"clinic_id": "c"}})) as ctx, \
             pytest.raises(ConfigError, match="CLINIC_API_TOKEN"):
         worker.prepare_call(ctx, playbook, None, env=env)
+
+
+async def test_a_refused_phone_call_hears_the_start_failure_line_then_hangs_up(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from livekit.agents import Agent, AgentSession
+
+    playbook = worker.load_playbook(env)
+    deleted: list[bool] = []
+    with fake_job_context(job_metadata="{}") as ctx:
+        async def delete_room(room_name: str | None = None) -> None:
+            deleted.append(True)
+
+        monkeypatch.setattr(ctx, "delete_room", delete_room)
+        session = AgentSession()
+        await session.start(Agent(instructions=""))
+        await worker.refuse_call(ctx, playbook, vad=None, phone=True, session=session)
+        said = [i.text_content for i in session.history.items
+                if i.type == "message" and i.role == "assistant"]
+        await session.aclose()
+    assert said == [playbook.policies.start_failure_line]
+    assert deleted == [True]
