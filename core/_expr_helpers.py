@@ -1,4 +1,4 @@
-"""Runtime pieces of the expression language: comparisons and the whitelisted helpers.
+"""Runtime pieces of the expression language: path steps, comparisons and the whitelisted helpers.
 
 Every function takes the error list of the current evaluation; an impossible operation appends
 a detail and yields ``None`` instead of raising (see :mod:`superdialog_core.expr`).
@@ -17,6 +17,43 @@ _Sequence = (list, tuple)
 def kind(value: Any) -> str:
     """A short type name for error details (``None``, ``str``, ``int``...)."""
     return "None" if value is None else type(value).__name__
+
+
+# A compiled node: (scope, error details of this evaluation) -> value.
+Node = Callable[[Mapping[str, Any], list[str]], Any]
+
+
+# --- paths ---------------------------------------------------------------------------------
+def step(current: Any, key: Any) -> Any:
+    """One optional-chaining step: a dict key, or a list/str index; anything else is None."""
+    if type(current) is dict:
+        return current.get(key)
+    if current is None:
+        return None
+    if isinstance(current, Mapping):
+        return current.get(key)
+    if type(key) is int and isinstance(current, (list, tuple, str)):
+        return current[key] if -len(current) <= key < len(current) else None
+    return None
+
+
+def walk_from(base: Node, path: tuple[Any, ...]) -> Node:
+    """A node that follows ``path`` from what ``base`` gives, None as soon as a step is missing."""
+
+    def walk(scope: Mapping[str, Any], errors: list[str]) -> Any:
+        current = base(scope, errors)
+        for key in path:
+            if current is None:
+                return None
+            current = step(current, key)
+        return current
+
+    return walk
+
+
+def is_number(value: Any) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # --- comparisons ----------------------------------------------------------------------------
