@@ -202,7 +202,7 @@ class Bench:
 
     def growth(self) -> dict[str, Any]:
         ours = self.ours("growth", "--turns", "1000", "--windows", "10,100,1000",
-                         "--pause-turns", "50")
+                         "--pause-turns", "100")
         log("growth: ours done")
         sd: dict[str, Any] | None = None
         sd_note: str | None = None
@@ -211,7 +211,7 @@ class Bench:
         else:
             try:
                 sd = self.theirs("growth", "--turns", "1000", "--windows", "10,100,1000",
-                                 "--pause-turns", "50")
+                                 "--pause-turns", "20")
             except BenchError as exc:
                 sd_note = str(exc)
             log("growth: superdialog done")
@@ -241,7 +241,8 @@ class Bench:
         for who, res in (("ours", ours), ("superdialog", sd)):
             if res and "pause" in res:
                 p = res["pause"]
-                figs.append(figure(f"{who} longest pause at turn 1000 (loop lag)",
+                figs.append(figure(f"{who} longest pause, turns {p['turns'][0]}-{p['turns'][1]}"
+                                   " (event-loop lag, GC included)",
                                    p["max_loop_lag_ms"], "ms",
                                    note=f"longest GC collection {p['max_gc_ms']:.2f} ms; "
                                         f"collections {p['gc_collections']}"))
@@ -291,11 +292,11 @@ class Bench:
         if self.quick:
             argv = ["capacity", "--calls", "100", "--step-s", "0.6", "--warm-s", "0.2",
                     "--factor", "2.0", "--refine", "0", "--traced-calls", "5",
-                    "--traced-more-turns", "10", "--start-rate", "50"]
+                    "--traced-more-turns", "10", "--start-rate", "50", "--min-samples", "40"]
         else:
             argv = ["capacity", "--calls", "500", "--step-s", "2.5", "--warm-s", "0.4",
                     "--factor", "1.6", "--refine", "2", "--traced-calls", "20",
-                    "--traced-more-turns", "20", "--start-rate", "20"]
+                    "--traced-more-turns", "20", "--start-rate", "10", "--min-samples", "100"]
         ours = self.ours(*argv)
         log("capacity: ours done")
         sd: dict[str, Any] | None = None
@@ -321,6 +322,11 @@ class Bench:
                    met=(cap_ratio >= 10) if cap_ratio is not None else None,
                    note=("ours hit the rate cap; the real limit is higher"
                          if oc["capped"] else sd_note)),
+            figure("saturation throughput (closed loop, 90 % of calls busy)",
+                   oc["saturation"]["turns_per_s"], "turns/s",
+                   baseline=sc["saturation"]["turns_per_s"] if sc else None,
+                   baseline_name="superdialog 0.3.0",
+                   note="most turns/s the process completes at all, latency ignored"),
             figure(f"RSS per open call ({om['events_per_call_median']:.0f} events)",
                    om["rss_per_call_kib"], "KiB",
                    baseline=sm["rss_per_call_kib"] if sm else None,
@@ -348,7 +354,7 @@ class Bench:
     # (e) start-up ------------------------------------------------------------------------
 
     def startup(self) -> dict[str, Any]:
-        runs = 1 if self.quick else 6
+        runs = 1 if self.quick else 5
         snippets = {
             "livekit.agents": "import livekit.agents",
             "superdialog_livekit": ("import superdialog_livekit\n"
