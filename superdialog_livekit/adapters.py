@@ -43,7 +43,8 @@ class ModelHints:
     verdict schema (made llama.cpp-safe) and parses the text, instead of a forced tool call.
     ``talker_max_tokens`` / ``director_max_tokens``: ``max_tokens`` per completion (None: no
     bound). ``timeout``: the HTTP timeout in seconds (a local server answers one request at a
-    time, so a request may wait for the other role's). ``temperature`` for the Director.
+    time, so a request may wait for the other role's). ``director_temperature`` for JSON
+    verdicts; ``max_string_length`` caps every string in the JSON verdict's schema.
     """
 
     json_verdicts: bool = False
@@ -51,6 +52,7 @@ class ModelHints:
     director_max_tokens: int | None = None
     timeout: float | None = None
     director_temperature: float | None = 0.0
+    max_string_length: int | None = None
 
 
 def model_hints(model: Any) -> ModelHints | None:
@@ -219,7 +221,8 @@ class LiveKitDirector:
         from .llama_schema import llama_safe_schema
 
         extra: dict[str, Any] = {
-            "response_format": {"type": "json_object", "schema": llama_safe_schema(request.schema)},
+            "response_format": {"type": "json_object", "schema": llama_safe_schema(
+                request.schema, max_length=hints.max_string_length)},
         }
         if hints.director_max_tokens:
             extra["max_tokens"] = hints.director_max_tokens

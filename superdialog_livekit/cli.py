@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -24,6 +25,8 @@ from superdialog_core.playbook import Playbook
 __all__ = ["main"]
 
 DEFAULT_MODEL = "local/smollm2-135m"
+# director_timeout for local models: the first, uncached Director prompt takes a while on CPU.
+LOCAL_DIRECTOR_TIMEOUT = 60.0
 
 
 def _console(stderr: bool = False) -> Console:
@@ -134,6 +137,9 @@ def _describe(event: Any) -> str | None:
         return f"tool {event.tool}{status} {state}"
     if kind == "Degraded":
         return f"degraded {event.component}: {event.detail}"
+    if kind == "Verdict":
+        fields = [k for k, v in (event.verdict or {}).items() if v not in (None, [], {}, "")]
+        return f"director: {', '.join(fields) if fields else 'nothing to record'}"
     if kind == "SessionEnd":
         return f"call ended: {event.outcome}"
     return None
@@ -161,10 +167,16 @@ async def _chat(args: argparse.Namespace) -> int:
     talker = args.talker or os.environ.get("TALKER_MODEL") or DEFAULT_MODEL
     director = args.director or os.environ.get("DIRECTOR_MODEL") or talker
     err.print(f"talker: {talker}  director: {director}", markup=False)
+    timeout = args.director_timeout
+    if timeout is None:
+        # A local model on a busy CPU needs several seconds for its first (uncached) prompt.
+        timeout = LOCAL_DIRECTOR_TIMEOUT if _is_local(talker) or _is_local(director) else 8.0
+    if _is_local(talker) or _is_local(director):
+        err.print("starting the local model server(s)...", markup=False)
     try:
         llm = DialogMachineLLM(
             playbook, talker=talker, director=director, python_tools=python_tools,
-            call_start=call_start, call={"channel": "web"},
+            call_start=call_start, call={"channel": "web"}, director_timeout=timeout,
         )
     except (CallStartError, ConfigError) as exc:
         err.print(str(exc), markup=False)
@@ -183,7 +195,9 @@ async def _chat(args: argparse.Namespace) -> int:
         table.add_row(f"[bold]agent:[/bold] {reply or '(silence)'}", "\n".join(changes))
         out.print(table)
 
-    async with AgentSession(llm=llm) as session:
+    # Text only: no VAD or turn detector, and no "are you still there?" while the user types.
+    async with AgentSession(llm=llm, vad=None, turn_handling={"turn_detection": None},
+                            user_away_timeout=None) as session:
         opening = await session.start(DialogAgent(llm), capture_run=True)
         show(_reply_text(opening))
         while not llm.runtime.state.ended:
@@ -201,10 +215,26 @@ async def _chat(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             result = await session.run(user_input=line)
+            # The Director decides beside the reply; wait for it so the row shows this turn's
+            # slots and advances rather than the next one's.
+            await _settle(llm)
             show(_reply_text(result))
+        await _settle(llm)
+        if len(llm.runtime.log) > shown:
+            show("")
     state = llm.runtime.state
     out.print(f"checkpoint: {state.checkpoint}  ended: {state.ended}  outcome: {state.outcome}")
     return 0
+
+
+async def _settle(llm: Any, timeout: float = 120.0) -> None:
+    """Wait (bounded) until the runtime's decision for the last turn has landed."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(llm.runtime.wait_idle(), timeout)
+
+
+def _is_local(uri: Any) -> bool:
+    return isinstance(uri, str) and uri.strip().startswith("local/")
 
 
 def _reply_text(result: Any) -> str:
@@ -241,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("playbook")
     p.add_argument("--talker", help=f"model URI for the Talker (default {DEFAULT_MODEL})")
     p.add_argument("--director", help="model URI for the Director (default: the talker)")
+    p.add_argument("--director-timeout", type=float, default=None,
+                   help="seconds to wait for a verdict (default 8; 60 with a local/ model)")
     p.add_argument("--call-start", help="call-start values as JSON, e.g. '{\"clinic_id\": \"c1\"}'")
     p.add_argument("--tools", help="Python file defining TOOLS = {id: callable} "
                    "(default: <playbook>_tools.py next to the playbook, if present)")

