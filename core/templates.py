@@ -23,7 +23,14 @@ from datetime import date, time
 from decimal import Decimal
 from typing import Any
 
-from jinja2 import ChainableUndefined, StrictUndefined, TemplateSyntaxError, Undefined, nodes
+from jinja2 import (
+    ChainableUndefined,
+    StrictUndefined,
+    TemplateSyntaxError,
+    Undefined,
+    nodes,
+    pass_context,
+)
 from jinja2.exceptions import UndefinedError
 from jinja2.meta import find_undeclared_variables
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -130,9 +137,24 @@ def _make_env(undefined: type[Undefined], *, none_is_missing: bool) -> _Environm
     for name in ("lipsum", "cycler", "joiner"):  # nothing a voice or a tool call needs
         del env.globals[name]
     env.filters.update(
-        spoken_date=spoken_date, spoken_time=spoken_time, spoken_digits=spoken_digits
+        spoken_date=_in_language(spoken_date),
+        spoken_time=_in_language(spoken_time),
+        spoken_digits=spoken_digits,
     )
     return env
+
+
+def _in_language(spoken: Callable[[Any, str], Any]) -> Callable[..., Any]:
+    """The filter speaks the template's language (the playbook's) unless given one."""
+
+    @pass_context
+    def spoken_in(context: Any, value: Any, language: str | None = None) -> Any:
+        return spoken(value, language or context.get(_LANGUAGE) or "en")
+
+    return spoken_in
+
+
+_LANGUAGE = "spoken_language"  # a template global: the language compile_speech was given
 
 
 _SPEECH_ENV = _make_env(ChainableUndefined, none_is_missing=True)
@@ -170,9 +192,9 @@ def _parse(env: _Environment, text: Any, what: str) -> tuple[nodes.Template, _Re
         raise TemplateError("template nested too deeply") from None
 
 
-def _compile(env: _Environment, source: str | nodes.Template) -> Any:
+def _compile(env: _Environment, source: str | nodes.Template, language: str = "en") -> Any:
     try:
-        return _flatten_globals(env.from_string(source))
+        return _flatten_globals(env.from_string(source, globals={_LANGUAGE: language}))
     except TemplateSyntaxError as exc:  # unknown filters and tests are found here
         raise TemplateError(f"template error at line {exc.lineno}: {exc.message}") from None
     except (RecursionError, MemoryError):
@@ -273,7 +295,7 @@ class SpeechTemplate:
 
     __slots__ = ("_pieces", "_template", "roots", "slot_refs", "text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, language: str = "en") -> None:
         self.text = text
         self._template: Any = None
         # Fallback when the whole render fails: literal text and separately compiled parts
@@ -284,8 +306,8 @@ class SpeechTemplate:
         if _is_literal(text):
             return
         tree, (self.slot_refs, self.roots, _) = _parse(_SPEECH_ENV, text, "speech")
-        self._template = _compile(_SPEECH_ENV, text)  # finds unknown filters and tests
-        self._pieces = _split(tree)
+        self._template = _compile(_SPEECH_ENV, text, language)  # finds unknown filters, tests
+        self._pieces = _split(tree, language)
 
     def render(self, scope: Mapping[str, Any]) -> tuple[str, str | None]:
         """(text, error detail or None). A failing part is left empty; the rest is spoken."""
@@ -317,7 +339,7 @@ class SpeechTemplate:
         return f"SpeechTemplate({self.text!r})"
 
 
-def _split(tree: nodes.Template) -> list[str | tuple[int, Any] | None]:
+def _split(tree: nodes.Template, language: str) -> list[str | tuple[int, Any] | None]:
     """Top-level parts: literal text, each ``{{ }}`` and each top-level ``{% %}`` block."""
     parts: list[nodes.Node | str] = []
     for node in tree.body:
@@ -339,7 +361,7 @@ def _split(tree: nodes.Template) -> list[str | tuple[int, Any] | None]:
         )
         wrapper = nodes.Template(body, lineno=1)
         wrapper.set_environment(_SPEECH_ENV)
-        pieces.append((part.lineno, _compile(_SPEECH_ENV, wrapper)))
+        pieces.append((part.lineno, _compile(_SPEECH_ENV, wrapper, language)))
     return pieces
 
 
@@ -471,9 +493,13 @@ def _compile_body(value: Any, refs: set[str], roots: set[str], where: str) -> _B
     raise TemplateError(f"{where}: a tool body holds JSON values, got {type(value).__name__}")
 
 
-def compile_speech(text: str) -> SpeechTemplate:
-    """Compile a speech template (guidance, say_verbatim, exit_say); raises TemplateError."""
-    return SpeechTemplate(text)
+def compile_speech(text: str, *, language: str = "en") -> SpeechTemplate:
+    """Compile a speech template (guidance, say_verbatim, exit_say); raises TemplateError.
+
+    ``language`` (the playbook's ``guidelines.language``) is what ``spoken_date`` and
+    ``spoken_time`` speak when the template does not name one.
+    """
+    return SpeechTemplate(text, language)
 
 
 def compile_tool_text(text: str) -> ToolTemplate:

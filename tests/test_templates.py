@@ -415,3 +415,16 @@ def test_spoken_forms_are_formatted_once_per_value(monkeypatch: pytest.MonkeyPat
     speech = compile_speech("{{ '2031-02-03' | spoken_date }}")
     assert [speech.render({})[0] for _ in range(3)] == ["Monday, February 3"] * 3
     assert len(calls) <= 1
+
+
+def test_spoken_forms_speak_the_language_the_template_was_compiled_for() -> None:
+    scope = {"slots": {"day": "2026-12-01", "at": "19:30"}}
+    german = compile_speech("{{ slots.day | spoken_date }}, {{ slots.at | spoken_time }}", language="de")
+    assert german.render(scope) == ("Dienstag, 1. Dezember, 19:30", None)
+    # an explicit language still wins, and the piecewise fallback keeps the language
+    mixed = compile_speech(
+        "{{ slots.day | spoken_date('en') }} / {{ slots.day | spoken_date }}{{ 1/0 }}", language="de"
+    )
+    text, detail = mixed.render(scope)
+    assert text == "Tuesday, December 1 / Dienstag, 1. Dezember" and detail is not None
+    assert compile_speech("{{ slots.day | spoken_date }}").render(scope)[0] == "Tuesday, December 1"
