@@ -107,6 +107,8 @@ class ChatLedger:
 
     user_ids: dict[str, str] = field(default_factory=dict)  # message id -> text logged for it
     assistant_ids: set[str] = field(default_factory=set)
+    # LiveKit assistant message id -> the log versions of the utterances it spoke.
+    message_versions: dict[str, list[int]] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
 
     def new_user_messages(self, chat_ctx: Any) -> list[Any]:
@@ -164,6 +166,7 @@ class ChatLedger:
             delivery.message_id = message.id
             delivery.settled = True
             self.deliveries.remove(delivery)
+            self.message_versions[message.id] = [v for v, _, _ in delivery.utterances]
             if interrupted or delivery.cancelled:
                 corrections.extend(delivery.heard(text))
             return delivery, corrections
@@ -187,6 +190,7 @@ class ChatLedger:
         delivery.message_id = message.id
         if delivery in self.deliveries:
             self.deliveries.remove(delivery)
+        self.message_versions[message.id] = [v for v, _, _ in delivery.utterances]
         if getattr(message, "interrupted", False) or delivery.cancelled:
             return delivery.heard(message_text(message))
         return []

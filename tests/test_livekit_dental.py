@@ -117,6 +117,9 @@ def _check_booked(dialog: DialogMachineLLM, texts: list[str], handles: list[Any]
     assert len(users) == 3 and users[0].startswith("Hi, I'd like")
     assert any(isinstance(e, ToolCall) for e in rt.log)
     assert any(isinstance(e, SlotWrite) and e.by == "caller" for e in rt.log)
+    # Every assistant message LiveKit made is mapped to the utterances it spoke.
+    spoken = {v for vs in dialog.speech.ledger.message_versions.values() for v in vs}
+    assert spoken == {e.version for e in rt.log if isinstance(e, Utterance) and e.role == "assistant"}
     # The confirmation line is interruptible: false: its speech handle disallowed interruptions.
     assert handles[-1].allow_interruptions is False
     assert handles[0].allow_interruptions is True

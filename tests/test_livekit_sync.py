@@ -55,5 +55,6 @@ def test_an_interrupted_message_matches_its_delivery_and_older_cancelled_ones_he
     delivery, corrections = ledger.match(message)
     assert delivery is live
     assert corrections == [(3, ""), (7, "one two")]
+    assert ledger.message_versions == {message.id: [7]}
     assert ledger.deliveries == []
     assert ledger.match(llm.ChatMessage(role="assistant", content=["app's own say"])) == (None, [])
