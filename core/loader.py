@@ -4,6 +4,8 @@ Every way in (``Playbook.load``, ``from_yaml``, ``from_json``, ``from_dict``) en
 ``load_document``, so one set of rules applies to all of them: YAML 1.2 scalars, unknown keys
 are errors, every problem is collected into one ``PlaybookError`` (errors first, then
 warnings), and a playbook that loads has every expression and template compiled (SPEC §2-3).
+A pydantic error does not hide the other checks: they run on a best-effort repair of the
+document (``problems.validate_best_effort``), so a user fixes everything in one go.
 
 Format detection (SPEC §2.1):
 
