@@ -441,3 +441,28 @@ def test_bad_start_values_are_refused_at_construction_and_by_set_call(playbook: 
     with pytest.raises(CallStartError):
         dialog.set_call(call_start={"customer": "many"})
     assert dialog.runtime.state.version == 0 and dialog._call_start == {"customer": 7}
+
+
+async def test_barge_in_closes_the_talkers_http_stream(playbook: Playbook) -> None:
+    from livekit.plugins import openai
+
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    words = " ".join(f"word{i}" for i in range(40))
+    async with FakeOpenAIServer(talker=[words], director=[{"slots": {"party_size": 3}}],
+                                token_delay=0.03) as server:
+        model = openai.LLM(model="m", base_url=server.base_url, api_key="test")
+        dialog = DialogMachineLLM(playbook, talker=model)  # the director defaults to the talker
+        async with _session(dialog) as session:
+            await session.start(DialogAgent(dialog, on_end="none"))
+            await _until(lambda: _messages(session))
+            run = asyncio.ensure_future(session.run(user_input="three"))
+            await _until(lambda: len(server.talker_requests) == 1)
+            await asyncio.sleep(0.2)
+            await session.interrupt()
+            result = await run
+            assert result.events[0].item.interrupted is True
+            await dialog.runtime.wait_idle()
+            await _until(lambda: server.disconnects == 1)
+        assert dialog.runtime.state.slots["party_size"].value == 3
+        assert len(server.director_requests) == 1  # the Director was not cancelled with the speech
