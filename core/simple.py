@@ -145,6 +145,12 @@ def lower_simple_mapped(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
             field = rest[0] if rest else None
             if field == "guidance" and index == 0 and not (index < len(steps) and steps[index].get("say")):
                 return "opening"
+            step = steps[index] if index < len(steps) else {}
+            if field == "advance_when" and len(rest) > 1 and isinstance(rest[1], int):
+                origin = _rule_origin(full, parts[3], rest[1], step, rest[2:])
+                if origin[:1] == ["branches"]:
+                    origin[1] = repair.original_parts(["playbook", parts[3], "branches", origin[1]])[3]
+                return join_path("", "playbook", index, *origin)
             renamed = _STEP_FIELDS.get(field) if isinstance(field, str) else None
             if renamed is not None:
                 rest = [renamed] if field in ("slots", "advance_when") else [renamed, *rest[1:]]
@@ -162,6 +168,25 @@ def lower_simple_mapped(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
         return path
 
     return full, problems, author_path
+
+
+def _rule_origin(full: dict[str, Any], cp_index: int, rule_index: int, step: dict[str, Any],
+                 rest: list[Any]) -> list[Any]:
+    """Where lowered rule ``rule_index`` came from: the companion expr rule from ``require``
+    (or ``collect``), then one rule per branch, then ``done_when``."""
+    try:
+        rules = full["journeys"][JOURNEY]["checkpoints"][cp_index]["advance_when"]
+        companion = rules[0].get("judge") == "expr"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return []
+    keys = "require" if "require" in step else "collect"
+    if companion and rule_index == 0:
+        return [keys]
+    branch = rule_index - companion
+    branches = step.get("branches") if isinstance(step.get("branches"), list) else []
+    if branch < len(branches):
+        return ["branches", branch, *rest]
+    return [keys] if rest[:1] == ["requires"] else ["done_when"]
 
 
 _STEP_FIELDS = {"guidance": "say", "exit_say": "then_say", "goal": "purpose", "slots": "collect",

@@ -242,3 +242,16 @@ def test_opening_template_error_names_opening() -> None:
     doc["opening"] = "{{ slots.nope }}"
     assert [(p.path, p.message) for p in problems(doc)] == [
         ("opening", "template reads undeclared slot 'nope'")]
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    ({"require": ["nope"]}, "playbook[0].require"),
+    ({"collect": ["first name"]}, "playbook[0].collect"),
+    ({"branches": [{"when": "x"}, {"when": "y", "to": "other", "requires": ["zz"]}]}, "playbook[0].branches[1].requires[0]"),
+])
+def test_problems_of_lowered_rules_name_the_key_they_came_from(change: dict[str, Any], path: str) -> None:
+    doc = steps(**change)
+    doc["playbook"].append({"id": "other", "terminal": True})
+    found = problems(doc)
+    assert path in {p.path for p in found}, found
+    assert not [p for p in found if p.path.startswith("journeys")]

@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from superdialog_core import Playbook, PlaybookError
 from superdialog_core.errors import Problem
 
@@ -541,3 +543,39 @@ def test_args_in_a_tool_when_is_a_clear_load_error() -> None:
         "a tool's `when` cannot read args: args are only available in the tool's url, headers and body templates")
     assert found["journeys.visit.checkpoints[2].advance_when[0].when"].message == (
         "invalid expression: args is only available in a tool's url, headers and body templates")
+
+
+_JUNK = [None, 0, 11, -1, "x", "", "visit.nope", [], ["a"], {}, {"a": 1}, True, 1.5, "{{ x (", [{"id": 1}]]
+
+
+def _places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path] if path else []
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    for key, value in items:
+        found.extend(_places(value, (*path, key)))
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_any_broken_document_gives_a_playbook_error_with_at_least_one_error(data: Any) -> None:
+    """Whatever is broken, the best-effort repair never crashes and never hides every error."""
+    doc = data.draw(st.sampled_from([
+        base(),
+        {"playbook": [{"id": "ask", "collect": ["name"], "then": "close"}, {"id": "close", "say": "Bye."}]},
+    ]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        places = _places(doc)
+        place = data.draw(st.sampled_from(places))
+        parent = doc
+        for key in place[:-1]:
+            parent = parent[key]
+        if isinstance(parent, dict) and data.draw(st.booleans()):
+            parent[f"zz{place[-1]}"] = parent.pop(place[-1])
+        else:
+            parent[place[-1]] = copy.deepcopy(data.draw(st.sampled_from(_JUNK)))
+    try:
+        Playbook.from_dict(doc)
+    except PlaybookError as err:
+        assert [p for p in err.problems if p.severity == "error"]
+        assert all(isinstance(p.path, str) for p in err.problems)
