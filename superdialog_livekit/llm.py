@@ -105,12 +105,17 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         super().__init__()
         self._playbook = playbook if isinstance(playbook, Playbook) else Playbook.load(playbook)
         talker_model = _as_model(talker, role="talker", base_url=base_url)
-        director_model = _as_model(talker if director is None else director, role="director",
-                                   base_url=base_url)
+        director_model = (
+            talker_model if director is None and isinstance(talker_model, llm.LLM)
+            else _as_model(talker if director is None else director, role="director",
+                           base_url=base_url)
+        )
         self._talker_llm = talker_model if isinstance(talker_model, llm.LLM) else None
         # LLMs this instance built from URIs are its own to close; those passed in are not.
         self._owned = [m for given, m in ((talker, talker_model), (director, director_model))
                        if isinstance(given, str) and isinstance(m, llm.LLM)]
+        if director is None and isinstance(talker, str) and isinstance(talker_model, llm.LLM):
+            self._owned.append(talker_model)  # one client serves both roles
         self._models = [m for m in {id(talker_model): talker_model,
                                     id(director_model): director_model}.values()
                         if isinstance(m, llm.LLM)]

@@ -466,3 +466,15 @@ async def test_barge_in_closes_the_talkers_http_stream(playbook: Playbook) -> No
             await _until(lambda: server.disconnects == 1)
         assert dialog.runtime.state.slots["party_size"].value == 3
         assert len(server.director_requests) == 1  # the Director was not cancelled with the speech
+
+
+async def test_the_director_defaults_to_the_same_talker_llm(
+    playbook: Playbook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    dialog = DialogMachineLLM(playbook, talker="openai/gpt-4.1-mini")
+    assert dialog._director.llm is dialog._talker.llm
+    closed: list[str] = []
+    monkeypatch.setattr(dialog._talker.llm, "aclose", lambda: _record(closed, "shared"))
+    await dialog.aclose()
+    assert closed == ["shared"]
