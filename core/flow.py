@@ -31,7 +31,6 @@ targets) and the coverage report: everything that did not map (empty when all di
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -65,7 +64,7 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
             return {}, problems, []
     compiler = _FlowCompiler(flow)
     for problem in compiler.check():
-        problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+        problem = repair.original(problem)
         if not repair.is_follow_on(problem):
             problems.append(problem)
     if not compiler.prune():

@@ -208,7 +208,7 @@ def check_document(doc: dict[str, Any]) -> tuple[Playbook | None, list[Problem]]
             for problem in validate_playbook(repaired):
                 if problem.severity != "error":
                     continue  # warnings about a repaired playbook would mislead
-                problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+                problem = repair.original(problem)
                 if not repair.is_follow_on(problem):
                     problems.append(problem)
         return None, _unique(problems)

@@ -10,6 +10,7 @@ the path and name the keys (or literal values) that *are* allowed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import re
 import types
@@ -233,6 +234,7 @@ _MAX_ROUNDS = 50
 _NAME_KEYS = frozenset({"slots", "call_start", "set", "slot_updates", "args", "properties", "collect"})
 _PATH_TOKEN = re.compile(
     r"(\.)?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]")
+_HINT_PATH = re.compile(r"(the first is (?:at )?)([^;\s]+)")
 _NAMED = re.compile(
     r"(?:unknown (?:checkpoint|tool|pipeline|step|node|action)|undeclared slot|requires key) '([^']*)'")
 
@@ -302,6 +304,13 @@ class Repair:
     def original_path(self, path: str) -> str:
         parts = split_path(path)
         return path if parts is None else join_path("", *self.original_parts(parts))
+
+    def original(self, problem: Problem) -> Problem:
+        """``problem`` with its path (and a path its hint names) in the author's indices."""
+        hint = problem.hint
+        if hint and self._maps:
+            hint = _HINT_PATH.sub(lambda m: m.group(1) + self.original_path(m.group(2)), hint)
+        return dataclasses.replace(problem, path=self.original_path(problem.path), hint=hint)
 
     def _original_loc(self, compact: Any, loc: Sequence[Any]) -> tuple[Any, ...]:
         """A pydantic ``loc`` in the compacted document → the author's (union tags kept)."""

@@ -16,7 +16,6 @@ require-set (``require``, else all of ``collect`` when it has at most two keys).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -130,7 +129,7 @@ def lower_simple_mapped(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
     lowered: list[Problem] = []
     full = _lower(simple, lowered)
     for problem in lowered:
-        problem = dataclasses.replace(problem, path=repair.original_path(problem.path))
+        problem = repair.original(problem)
         if not repair.is_follow_on(problem):
             problems.append(problem)
     steps = [s if isinstance(s, dict) else {} for s in doc.get("playbook", [])]

@@ -579,3 +579,12 @@ def test_any_broken_document_gives_a_playbook_error_with_at_least_one_error(data
     except PlaybookError as err:
         assert [p for p in err.problems if p.severity == "error"]
         assert all(isinstance(p.path, str) for p in err.problems)
+
+
+def test_a_path_in_a_hint_is_the_authors_too() -> None:
+    doc = base()
+    cps(doc).insert(0, {"goal": "no id"})
+    cps(doc).append({"id": "done", "terminal": True})
+    found = {p.path: p for p in problems(doc)}
+    assert found["journeys.visit.checkpoints[6].id"].hint == (
+        "the first is at journeys.visit.checkpoints[5]; give each a unique id")
