@@ -8,8 +8,13 @@ Director alone and never on words a caller *mentions* rather than *means*:
   Director picked for such an utterance is refused.
 - ``is_spoken_goodbye(text, goodbye_words)``: the caller actually says goodbye: a goodbye phrase
   (word-bounded, case-insensitive) in a short utterance (at most 8 words) or at its very end,
-  not negated ("don't hang up"), not frustration or repetition, not a meta-instruction. The
-  runtime uses it as a backstop when the Director missed the goodbye.
+  not negated ("don't hang up"), not asked ("Goodbye? Hello?"), not frustration or repetition,
+  not a meta-instruction. Phrases that also live inside ordinary sentences ("see you tuesday",
+  "that's all correct") count only when they close the utterance. The runtime uses it as a
+  backstop when the Director's verdict is empty (no advance, interrupt, slots, confirm, deny).
+- ``is_clear_goodbye(text, goodbye_words)``: the stricter test used when there is no verdict at
+  all (the Director failed or timed out): a goodbye phrase closes the utterance and there is no
+  question mark anywhere.
 
 Patterns are compiled once per goodbye-word list (cached), never per turn.
 """
@@ -79,7 +84,16 @@ _NEGATION = re.compile(
     r"cannot|wouldn'?t|shouldn'?t)\s+(?:\w+\s+){0,2})$",
     re.IGNORECASE,
 )
-_TRAILING_PUNCT = re.compile(r"[\s\W_]+$", re.UNICODE)
+
+# Goodbye phrases that also occur inside ordinary sentences ("ok see you tuesday then at ten",
+# "yes, that's all correct"): they count only when they close the utterance.
+END_ONLY_PHRASES = frozenset({"see you", "see ya", "that's all", "that is all"})
+# Courtesy words that may follow a closing phrase ("that's all, thanks", "see you then").
+_TRAILER = re.compile(
+    r"(?:\s*(?:then|for\s+now|again|thanks|thank\s+you|cheers|(?:a\s+lot|so\s+much|very\s+much)))*",
+    re.IGNORECASE,
+)
+_NON_WORD = re.compile(r"[^\w']+", re.UNICODE)
 
 
 def _normalise(text: str) -> str:
@@ -114,20 +128,47 @@ def is_frustration(text: str) -> bool:
     return bool(text) and _FRUSTRATION.search(_normalise(text)) is not None
 
 
+def _is_end_only(phrase: str) -> bool:
+    return " ".join(phrase.casefold().split()) in END_ONLY_PHRASES
+
+
+def _is_asked(normal: str, match: re.Match[str]) -> bool:
+    """The phrase is a question ("Goodbye? Hello? are you there"), not a farewell."""
+    return normal[match.end():].lstrip().startswith("?")
+
+
+def _closes(normal: str, match: re.Match[str]) -> bool:
+    """Only punctuation and courtesy words ("thanks", "then") follow the phrase."""
+    rest = _NON_WORD.sub(" ", normal[match.end():]).strip()
+    return _TRAILER.fullmatch(rest) is not None
+
+
+def _farewells(text: str, goodbye_words: Iterable[str]) -> tuple[str, list[re.Match[str]]]:
+    """The normalised text and its goodbye-phrase matches that are neither negated nor asked;
+    an end-only phrase ("see you", "that's all") is kept only when it closes the utterance."""
+    if not text or not text.strip():
+        return "", []
+    pattern = _goodbye_pattern(tuple(goodbye_words))
+    if pattern is None:
+        return "", []
+    normal = _normalise(text)
+    matches = [
+        m for m in pattern.finditer(normal)
+        if not _NEGATION.search(normal[: m.start()]) and not _is_asked(normal, m)
+        and (not _is_end_only(m.group(0)) or _closes(normal, m))
+    ]
+    return normal, matches
+
+
 def is_spoken_goodbye(text: str, goodbye_words: Iterable[str]) -> bool:
     """True when the caller says goodbye in their own words (the backstop of SPEC §6).
 
-    Needs a goodbye phrase (word-bounded, case-insensitive, not negated) and either a short
-    utterance (at most 8 words) or the phrase at the very end (punctuation ignored). A
-    meta-instruction, frustration or repetition is never a goodbye.
+    Needs a goodbye phrase (word-bounded, case-insensitive, not negated, not followed by "?")
+    and either a short utterance (at most 8 words) or the phrase at the very end (punctuation
+    and courtesy words like "thanks" ignored). "see you" and "that's all" count only at the
+    end. A meta-instruction, frustration or repetition is never a goodbye.
     """
-    if not text or not text.strip():
-        return False
-    pattern = _goodbye_pattern(tuple(goodbye_words))
-    if pattern is None:
-        return False
-    normal = _normalise(text)
-    matches = [m for m in pattern.finditer(normal) if not _NEGATION.search(normal[: m.start()])]
+    normal, matches = _farewells(text, goodbye_words)
     if not matches:
         return False
     if is_meta_instruction(text) or is_frustration(text):
@@ -135,9 +176,24 @@ def is_spoken_goodbye(text: str, goodbye_words: Iterable[str]) -> bool:
     if len(normal.split()) <= MAX_GOODBYE_WORDS:
         return True
     # Long utterance: the goodbye must close it ("... thanks for your help, bye").
-    stripped = _TRAILING_PUNCT.sub("", normal)
-    return any(m.end() == len(stripped) for m in pattern.finditer(stripped)
-               if not _NEGATION.search(stripped[: m.start()]))
+    return any(_closes(normal, m) for m in matches)
 
 
-__all__ = ["MAX_GOODBYE_WORDS", "is_frustration", "is_meta_instruction", "is_spoken_goodbye"]
+def is_clear_goodbye(text: str, goodbye_words: Iterable[str]) -> bool:
+    """True only for an unmistakable goodbye: used when no verdict exists at all.
+
+    A goodbye phrase closes the utterance ("okay, bye!", "that's all, thanks") and there is no
+    question mark anywhere; a meta-instruction, frustration or repetition never counts.
+    """
+    if "?" in text:
+        return False
+    normal, matches = _farewells(text, goodbye_words)
+    if not any(_closes(normal, m) for m in matches):
+        return False
+    return not (is_meta_instruction(text) or is_frustration(text))
+
+
+__all__ = [
+    "END_ONLY_PHRASES", "MAX_GOODBYE_WORDS", "is_clear_goodbye", "is_frustration",
+    "is_meta_instruction", "is_spoken_goodbye",
+]

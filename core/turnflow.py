@@ -113,14 +113,19 @@ class TurnFlow:
         raise AssertionError("unreachable: the loop returns on its second attempt")
 
     def _goodbye_without_verdict(self, text: str) -> None:
-        """The Director failed, but a spoken goodbye still routes to the goodbye interrupt."""
-        from .goodbye import is_spoken_goodbye
+        """The Director failed, but an unmistakable goodbye still routes to the goodbye interrupt.
+
+        With no verdict there is no evidence the caller was going on, so only a clear goodbye
+        counts (a phrase closing the utterance, no question mark): "ok see you tuesday then
+        at ten" or "Goodbye? Hello?" never end the call.
+        """
+        from .goodbye import is_clear_goodbye
 
         rt = self.rt
         spec = next((i for i in rt.playbook.interrupts if i.kind == "goodbye"), None)
         if spec is None or spec.to == rt.state.checkpoint:
             return
-        if is_spoken_goodbye(text, rt.playbook.policies.goodbye_words):
+        if is_clear_goodbye(text, rt.playbook.policies.goodbye_words):
             rt._progress.advance(spec.to, rule_id=f"interrupt:{spec.id}", by="interrupt")
 
     def _turn_budget(self) -> None:

@@ -30,6 +30,8 @@ from .values import ValueContext, ValueRefused, coerce
 
 FIELDS: tuple[str, ...] = ("slots", "spans", "confirm", "deny", "advance", "interrupt", "note")
 NOTE_MAX = 200
+# A verdict naming any of these is not a missed goodbye: the spoken-goodbye backstop stays off.
+BACKSTOP_BLOCKERS: tuple[str, ...] = ("advance", "interrupt", "slots", "confirm", "deny")
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
 
@@ -385,7 +387,12 @@ def apply_verdict(
         app.emit(ev.SteeringNote(text=text, kind="steer"))
         applied["note"] = text
 
-    if app.result.advanced_to is None:
+    # SPEC §6: the backstop is for a goodbye the Director *missed*, so it applies only to a
+    # verdict that asked for nothing: a refused confirm or a blocked advance is still the
+    # Director's reading that the caller is going on (booking), not leaving.
+    if app.result.advanced_to is None and not any(
+        verdict.get(name) for name in BACKSTOP_BLOCKERS
+    ):
         _goodbye_backstop(app, user_text, words)
 
     app.result.verdict = applied
