@@ -26,6 +26,8 @@ builder are in :mod:`._expr_compiler`, path steps, operators and helpers in :mod
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 import warnings
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -86,8 +88,11 @@ def compile_expr(text: str, *, context: ExprContext | None = None) -> CompiledEx
         raise ExprError(f"expression too long: {len(text)} characters (the limit is {MAX_LENGTH})")
     if not text.strip():
         raise ExprError("empty expression")
-    # A YAML `|` block keeps its newlines; an expression is one logical line, so join them.
-    source = " ".join(text.split("\n")).strip() if "\n" in text else text.strip()
+    # A YAML `|` block keeps its newlines; an expression is one logical line, so join them
+    # (any line ending), after cutting comments, which would otherwise swallow the lines after.
+    source = " ".join(_without_comments(text).splitlines()).strip()
+    if not source:
+        raise ExprError("empty expression (only a comment)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning for `x is "a"`, odd escapes
@@ -103,6 +108,24 @@ def compile_expr(text: str, *, context: ExprContext | None = None) -> CompiledEx
     compiler = Compiler(source, context)
     node = compiler.compile(tree.body)
     return CompiledExpr(text, node, frozenset(compiler.slot_refs))
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with each ``# comment`` (outside string literals) cut from its line."""
+    if "#" not in text:
+        return text
+    lines = text.splitlines()
+    wrapped = "(\n" + "\n".join(lines) + "\n)"  # inside brackets every line continues the last
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(wrapped).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text  # unbalanced or odd text: the parse reports it
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            row, col = token.start[0] - 2, token.start[1]
+            if 0 <= row < len(lines):
+                lines[row] = lines[row][:col]
+    return "\n".join(lines)
 
 
 @lru_cache(maxsize=512)

@@ -497,3 +497,18 @@ def test_identity_against_none_and_booleans_still_works() -> None:
     assert evaluate("slots.flag is True and slots.n is not None", scope) is True
     assert evaluate("slots.n is False", scope) is False  # 0 is not False
     assert evaluate("slots.x is None and slots.n is not slots.x", scope) is True
+
+
+def test_a_comment_in_a_multi_line_expression_ends_at_its_line() -> None:
+    scope = {"slots": {"a": 1, "b": 3}}
+    text = 'slots.a == 1  # the size is known\nand slots.b == 2  # "and" must still count\n'
+    assert compile_expr(text).evaluate(scope) is False  # joined naively, `and ...` was a comment
+    assert compile_expr('slots.a == 1\n# a whole-line note\nor slots.b == "#2"').evaluate(scope)
+    with pytest.raises(ExprError, match="empty expression"):
+        compile_expr("# nothing but a note")
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r", "\n"])
+def test_any_line_ending_joins_lines(newline: str) -> None:
+    text = f"slots.a == 1{newline}  and slots.b == 3{newline}"
+    assert compile_expr(text).evaluate({"slots": {"a": 1, "b": 3}}) is True
