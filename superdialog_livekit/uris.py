@@ -30,7 +30,7 @@ _NO_KEY = "not-needed"
 # How the adapters ask a local llama.cpp model (see adapters.ModelHints): a 135M model stays
 # short, a verdict fits its schema's bounds, and one server answers both roles one at a time.
 LOCAL_TALKER_MAX_TOKENS = 60
-LOCAL_DIRECTOR_MAX_TOKENS = 256
+LOCAL_DIRECTOR_MAX_TOKENS = 384
 LOCAL_TIMEOUT = 60.0
 LOCAL_MAX_STRING = 60
 
