@@ -190,8 +190,11 @@ class ConversationState:
     def _speech_correction(self, event: ev.SpeechCorrection) -> None:
         entry = self.entry(event.utterance_version)
         if entry is not None:  # a correction of a non-utterance changes nothing it could see
-            entry.heard_text = event.heard_text
-            entry.interrupted = True
+            # Heard in full (whitespace aside) is not an interruption: a later read-back
+            # confirmation must not be refused as read_back_not_fully_heard.
+            full = event.heard_text.strip() == entry.text.strip()
+            entry.heard_text = entry.text if full else event.heard_text
+            entry.interrupted = not full
 
     def _utterance_superseded(self, event: ev.UtteranceSuperseded) -> None:
         entry = self.entry(event.utterance_version)

@@ -348,6 +348,22 @@ def test_confirm_condition_c_read_back_must_be_fully_heard() -> None:
     assert _refusal(call.confirm("date", user)) == "confirm_refused:date:read_back_not_fully_heard"
 
 
+@pytest.mark.parametrize("heard", [
+    "So that is Tuesday the first of December, right?",
+    "  So that is Tuesday the first of December, right? ",  # whitespace aside, all of it
+])
+def test_a_correction_that_reports_the_full_text_does_not_refuse_the_confirm(heard: str) -> None:
+    call = Call(at="booking.details")
+    call.write("date", "2026-12-01")
+    said = call.say("So that is Tuesday the first of December, right?")
+    call.emit(ev.SpeechCorrection(utterance_version=said.version, heard_text=heard))
+    entry = call.state.entry(said.version)
+    assert entry is not None and not entry.interrupted and entry.fully_heard
+    user = call.hear("yes")
+    events = call.confirm("date", user)
+    assert [(e.key, e.status) for e in events] == [("date", "confirmed")]  # type: ignore[attr-defined]
+
+
 def test_confirm_condition_d_read_back_must_be_spoken_after_the_write() -> None:
     call = Call(at="booking.details")
     call.write("date", "2026-12-01")
