@@ -512,3 +512,19 @@ def test_a_comment_in_a_multi_line_expression_ends_at_its_line() -> None:
 def test_any_line_ending_joins_lines(newline: str) -> None:
     text = f"slots.a == 1{newline}  and slots.b == 3{newline}"
     assert compile_expr(text).evaluate({"slots": {"a": 1, "b": 3}}) is True
+
+
+def test_evaluation_never_parses_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ast
+
+    compiled = compile_expr("results.search.ok and len(slots.items) > 0")
+    text = "slots.n >= 2 and first(slots.items).name == 'x'"
+    scope = {"slots": {"n": 2, "items": [{"name": "x"}]}, "results": {"search": {"ok": True}}}
+    assert evaluate(text, scope) is True  # compiled once, cached by its text
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("parsed during an evaluation")
+
+    monkeypatch.setattr(ast, "parse", forbidden)
+    assert compiled.evaluate(scope) is True
+    assert evaluate(text, scope) is True
