@@ -234,11 +234,16 @@ def encode_json(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def idempotency_key(tool_id: str, method: str, url: str, body: Any) -> str:
-    """SHA-256 of canonical JSON ``[tool id, METHOD, url, body]``: the same call, the same key,
-    so a retried POST is recognised by a server that honours Idempotency-Key."""
+def idempotency_key(
+    tool_id: str, method: str, url: str, body: Any, *,
+    session_id: str | None = None, entered_version: int | None = None,
+) -> str:
+    """SHA-256 of canonical JSON ``[session id, checkpoint entry version, tool id, METHOD, url,
+    body]``: the retries of one step share a key, so a server that honours Idempotency-Key
+    recognises a retried POST; another call (session) or another entry of the checkpoint
+    posting the same body gets its own key, so its booking is not dropped as a duplicate."""
     canonical = json.dumps(
-        [tool_id, method.upper(), url, body],
+        [session_id, entered_version, tool_id, method.upper(), url, body],
         sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -311,7 +311,9 @@ class ToolRunner:
         except (TypeError, ValueError) as exc:
             return finish(False, error=f"{REFUSED}the body is not JSON data ({exc})")
         if wire.needs_idempotency_key(method, headers):
-            headers["Idempotency-Key"] = wire.idempotency_key(spec.id, method, url, body)
+            headers["Idempotency-Key"] = wire.idempotency_key(
+                spec.id, method, url, body, session_id=state.session_id,
+                entered_version=state.checkpoint_entered_version)
         emit(ev.ToolCall(tool=spec.id, args=self._logged_args(method, url, body), attempt=attempt, pipeline=pipeline))
         client = self._client or shared_http_client()
         try:

@@ -132,8 +132,8 @@ async def test_post_sends_typed_body_with_idempotency_key_and_logs_it_redacted(s
     assert sent.header("authorization") == "Bearer tok-secret-1"
     url = f"{server.base_url}/visits?api_key=tok-secret-1&day=2026-12-01"
     expected_key = hashlib.sha256(json.dumps(
-        ["create_visit", "POST", url, sent.json], sort_keys=True, separators=(",", ":"),
-        ensure_ascii=False).encode()).hexdigest()
+        [None, 0, "create_visit", "POST", url, sent.json], sort_keys=True,
+        separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
     assert sent.header("idempotency-key") == expected_key
 
     [logged] = call.of(ev.ToolCall)
@@ -327,6 +327,46 @@ async def test_500_retries_then_routes_on_exhaust(server) -> None:
     assert call.state.results["pipeline"].ok is False
     # Every attempt of the same call carries the same Idempotency-Key.
     assert len({r.header("idempotency-key") for r in server.requests}) == 1
+
+
+def started_call(playbook: Playbook, session_id: str) -> Call:
+    """A call with a session id, at visit.book (entered at some version), details filled."""
+    call = Call(playbook)
+    call.emit(ev.SessionStart(session_id=session_id, playbook_hash="h",
+                              anchor="2026-11-30T09:00:00+00:00"))
+    call.emit(ev.Advance(to="visit.book", rule_id="init", by="init"))
+    return filled(call)
+
+
+async def test_idempotency_key_differs_between_calls_that_post_the_same_body(server) -> None:
+    # Two callers book the same details: an honouring server must not drop the second booking.
+    server.route("POST", "/visits", Reply(201, json={"ref": "BK-1"}))
+    playbook = booking_playbook(tools=[create_visit()])
+    runner = runner_for(playbook, server)
+    for session_id in ("call-a", "call-b"):
+        call = started_call(playbook, session_id)
+        result = await runner.run_tool("create_visit", state=call.state, emit=call.emit)
+        assert result is not None and result.ok
+    first, second = server.requests
+    assert (first.json, first.path, first.query) == (second.json, second.path, second.query)
+    assert first.header("idempotency-key") != second.header("idempotency-key")
+
+
+async def test_idempotency_key_is_shared_by_retries_and_new_for_a_new_entry(server) -> None:
+    server.route("POST", "/visits", Reply(503), Reply(201, json={"ref": "BK-7"}))
+    playbook = booking_playbook(tools=[create_visit()], pipelines=book_pipeline(
+        {"ok": "visit.done", "failed": {"retry": 2, "on_exhaust": "visit.handoff"}}))
+    runner = runner_for(playbook, server)
+    call = started_call(playbook, "call-a")
+    outcome = await runner.run_pipeline("book", state=call.state, emit=call.emit, hard_gate=True)
+    assert outcome.ok and len(server.requests) == 2
+    retry_keys = {r.header("idempotency-key") for r in server.requests}
+    assert len(retry_keys) == 1  # the retry of one step carries the same key
+    # The same call enters the step again (e.g. after slot_taken): a new booking, a new key.
+    call.emit(ev.Advance(from_="visit.book", to="visit.slot_taken", rule_id="r", by="expr"))
+    call.emit(ev.Advance(from_="visit.slot_taken", to="visit.book", rule_id="r", by="director"))
+    assert await runner.run_tool("create_visit", state=call.state, emit=call.emit) is not None
+    assert server.requests[-1].header("idempotency-key") not in retry_keys
 
 
 async def test_retry_succeeds_on_a_later_attempt(server) -> None:
