@@ -130,7 +130,7 @@ async def test_dental_booking_with_scripted_livekit_llms(clinic: Any) -> None:
     talker = TalkerLLM(TALKER_SCRIPT)
     director = DirectorLLM(DIRECTOR_SCRIPT)
     dialog = DialogMachineLLM(playbook, talker=talker, director=director,
-                              call_start=_call_start(playbook), now=NOW, barrier_timeout=3.0)
+                              call_start=_call_start(playbook), now=NOW, barrier_timeout=30.0)
     events: list[str] = []
     dialog.on("superdialog_event", lambda ev: events.append(ev.kind))
     texts, handles = await _run_booking(dialog)
