@@ -339,9 +339,9 @@ class Compiler:
         """`x is "a"` or `x is 1000` depends on object identity and silently never fires."""
         for side in (left, right):
             literal = isinstance(side, (ast.List, ast.Tuple, ast.UnaryOp)) or (
-                isinstance(side, ast.Constant) and side.value not in (None, True, False)
+                isinstance(side, ast.Constant) and type(side.value) not in (type(None), bool)
             )
-            if literal or (isinstance(side, ast.Constant) and type(side.value) is int):
+            if literal:
                 raise self.fail(
                     node, "'is' only tests None, True or False; compare values with == or !="
                 )

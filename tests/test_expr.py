@@ -484,7 +484,8 @@ def test_module_evaluate_reports_through_on_error() -> None:
 @pytest.mark.parametrize(
     "text",
     ['slots.city is "Pune"', "slots.n is 1000", "slots.n is not 1", "1 is slots.n",
-     "slots.n is -1", "slots.n is []", "slots.n is (1, 2)", "slots.n is 1.5",
+     "slots.n is -1", "slots.n is []", "slots.n is (1, 2)", "slots.n is 1.5", "slots.n is 1.0",
+     "slots.n is 0",
      "slots.n == 1 is 1"],
 )  # fmt: skip
 def test_identity_against_a_literal_value_is_a_load_error(text: str) -> None:
