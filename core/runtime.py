@@ -142,6 +142,9 @@ class Runtime:
                                 token_budget=token_budget)
         self._flow = TurnFlow(self)
         self._started = False
+        # Set once the start has adopted the stored log or logged session_start (and settled
+        # the first checkpoint): turns wait for it, since ``_started`` is set before that.
+        self._start_ready: asyncio.Event | None = None
         self._started_wall: float | None = None
         self._inflight: asyncio.Future[Any] | None = None  # what the next turn waits for first
         self._undelivered: list[Segment] = []  # due lines a stopped reply did not speak
@@ -187,6 +190,7 @@ class Runtime:
         if self._started:
             raise RuntimeError("start() was already called: a Runtime runs one conversation")
         self._started = True
+        ready = self._start_ready = asyncio.Event()
         reply = self._speaker.new_reply()
         self._sink = []
         self._live = (reply, None)
@@ -206,6 +210,7 @@ class Runtime:
             self._progress.advance(self.playbook.initial_ref, rule_id="init", by="init")
             await self._progress.settle()
             warm_values_once(self.playbook)
+            ready.set()  # a turn may run from here on (it supersedes the opening's speech)
             lines = self._progress.take_lines()
             if speak:
                 self._undelivered = lines
@@ -214,6 +219,9 @@ class Runtime:
                         yield piece
             completed = True
         finally:
+            if self.log.version == 0:
+                self._started = False  # nothing was logged (the store failed): a turn retries
+            ready.set()
             self._close(reply, completed, task=None)
 
     async def _resume(self) -> bool:
@@ -239,8 +247,12 @@ class Runtime:
         """Let the previous decision (and its late lines) land first, then make sure we started.
 
         A stream still open is superseded (the caller spoke over it); an external event waits
-        up to ``patience`` seconds for it to finish first, since nobody interrupted it.
+        up to ``patience`` seconds for it to finish first, since nobody interrupted it. A start
+        still loading the store (or settling the first checkpoint) is waited for first.
         """
+        ready = self._start_ready
+        if ready is not None and not ready.is_set():
+            await ready.wait()
         live = self._live
         if live is not None and patience > 0:
             closed = asyncio.get_running_loop().create_future()
