@@ -124,6 +124,12 @@ class ConversationState:
         self.first_user_message: str | None = None
         # version -> index in transcript, so corrections and lookups are O(1).
         self._entry_index: dict[int, int] = {}
+        # Index of each transcript entry changed after it was appended (a correction or a
+        # supersede), in order: readers that keep a view of the transcript incrementally
+        # (the Talker's packing) redo it only from the lowest index they have not seen.
+        self.transcript_edits: list[int] = []
+        # Readers' caches of views derived from this state (not state: never compared).
+        self.view_cache: dict[str, Any] = {}
         self._scope_version = -1
         self._scope_base: dict[str, Any] = {}
         self._scope_extra_key: tuple[Any, ...] | None = None
@@ -195,12 +201,14 @@ class ConversationState:
             full = event.heard_text.strip() == entry.text.strip()
             entry.heard_text = entry.text if full else event.heard_text
             entry.interrupted = not full
+            self.transcript_edits.append(self._entry_index[event.utterance_version])
 
     def _utterance_superseded(self, event: ev.UtteranceSuperseded) -> None:
         entry = self.entry(event.utterance_version)
         if entry is None or entry.superseded:
             return
         entry.superseded = True
+        self.transcript_edits.append(self._entry_index[event.utterance_version])
         # A replaced utterance was never a turn of the caller's.
         if entry.role == "user" and entry.version > self.checkpoint_entered_version:
             self.user_turns_in_checkpoint = max(0, self.user_turns_in_checkpoint - 1)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -206,23 +208,24 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     return "\n\n".join(blocks)
 
 
-def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
-    """Newest-first into ``budget`` tokens; the newest entry always kept; roles merged."""
-    kept: list[tuple[str, str]] = []
-    used = 0
-    for entry in reversed(transcript):  # hot loop: bounded by the budget, not the call length
-        if entry.superseded:
-            continue
-        text = entry.heard_text if entry.role == "assistant" else entry.text
-        if not text or text.isspace():
-            continue  # the caller heard nothing of it
-        cost = max(1, len(text.encode("utf-8")) >> 2) + ENTRY_OVERHEAD  # = estimate_tokens + 4
-        if kept and used + cost > budget:
-            break
-        kept.append((entry.role, text))
-        used += cost
+def _entry_cost(text: str) -> int:
+    return max(1, len(text.encode("utf-8")) >> 2) + ENTRY_OVERHEAD  # = estimate_tokens + 4
+
+
+def _packable(entry: Any) -> str | None:
+    """The text an entry contributes to the Talker's transcript, or None when it has none."""
+    if entry.superseded:
+        return None
+    text = entry.heard_text if entry.role == "assistant" else entry.text
+    if not text or text.isspace():
+        return None  # the caller heard nothing of it
+    return text
+
+
+def _messages(kept: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """Oldest-first (role, text) pairs as messages, roles merged, starting with a user one."""
     messages: list[dict[str, str]] = []
-    for role, text in reversed(kept):
+    for role, text in kept:
         if messages and messages[-1]["role"] == role:
             # Several segments of one turn are one message (providers want alternation).
             messages[-1]["content"] += " " + text
@@ -231,6 +234,121 @@ def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
     if not messages or messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": PLACEHOLDER})
     return messages
+
+
+def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
+    """Newest-first into ``budget`` tokens; the newest entry always kept; roles merged.
+
+    The reference packing (and the one for states without ``view_cache``); ``_Packer`` gives
+    the same messages without walking the kept entries again on every segment.
+    """
+    kept: list[tuple[str, str]] = []
+    used = 0
+    for entry in reversed(transcript):
+        text = _packable(entry)
+        if text is None:
+            continue
+        cost = _entry_cost(text)
+        if kept and used + cost > budget:
+            break
+        kept.append((entry.role, text))
+        used += cost
+    kept.reverse()
+    return _messages(kept)
+
+
+class _Packer:
+    """``_pack`` kept incrementally for one conversation (SPEC §14: flat in call length).
+
+    It folds each transcript entry once: the packable ones get a running token total, and
+    runs of one role are merged into one message text as they grow. Packing into a budget is
+    then a binary search for the oldest entry that still fits, plus building the kept
+    messages. An edited entry (``state.transcript_edits``: a correction or a supersede,
+    nearly always one of the newest) drops the fold back to that entry and redoes the rest.
+    """
+
+    __slots__ = ("_cum", "_edits", "_gfirst", "_groles", "_gtexts", "_index", "_roles",
+                 "_seen", "_texts")
+
+    def __init__(self) -> None:
+        self._seen = 0  # transcript entries folded
+        self._edits = 0  # state.transcript_edits folded
+        self._index = array("q")  # transcript index of each packable entry
+        self._cum = array("q", [0])  # _cum[k]: token cost of packable entries before k
+        self._roles: list[str] = []
+        self._texts: list[str] = []
+        self._gfirst = array("q")  # first packable entry of each run of one role
+        self._groles: list[str] = []
+        self._gtexts: list[str] = []  # each run's texts joined by single spaces
+
+    def _drop_from(self, position: int) -> None:
+        """Forget transcript entries from index ``position`` on (they are folded again)."""
+        keep = bisect_left(self._index, position)
+        del self._index[keep:], self._cum[keep + 1:], self._roles[keep:], self._texts[keep:]
+        groups = bisect_left(self._gfirst, keep)
+        del self._gfirst[groups:], self._groles[groups:], self._gtexts[groups:]
+        if groups and self._gfirst[-1] < keep:
+            # The last run lost its newer entries: its text is rebuilt from what is left.
+            self._gtexts[-1] = " ".join(self._texts[self._gfirst[-1]:keep])
+        self._seen = min(self._seen, position)
+
+    def sync(self, transcript: list[Any], edits: list[int]) -> None:
+        if len(edits) > self._edits:
+            self._drop_from(min(edits[self._edits:]))
+            self._edits = len(edits)
+        if len(transcript) < self._seen:  # not an append-only transcript: start over
+            self._drop_from(0)
+        for i in range(self._seen, len(transcript)):
+            entry = transcript[i]
+            text = _packable(entry)
+            if text is None:
+                continue
+            role = entry.role
+            self._index.append(i)
+            self._cum.append(self._cum[-1] + _entry_cost(text))
+            self._roles.append(role)
+            self._texts.append(text)
+            if self._groles and self._groles[-1] == role:
+                self._gtexts[-1] += " " + text
+            else:
+                self._gfirst.append(len(self._texts) - 1)
+                self._groles.append(role)
+                self._gtexts.append(text)
+        self._seen = len(transcript)
+
+    def pack(self, budget: int) -> list[dict[str, str]]:
+        count = len(self._texts)
+        if not count:
+            return _messages([])
+        cum = self._cum
+        # The oldest entry from which the newest ones fit the budget (the newest always).
+        start = min(bisect_left(cum, cum[count] - budget, 0, count), count - 1)
+        group = bisect_right(self._gfirst, start) - 1
+        groles, gtexts = self._groles, self._gtexts
+        messages: list[dict[str, str]] = []
+        if self._gfirst[group] != start:  # the window begins inside a run: its newer part
+            end = self._gfirst[group + 1] if group + 1 < len(groles) else count
+            messages.append({"role": groles[group],
+                             "content": " ".join(self._texts[start:end])})
+            group += 1
+        messages.extend([{"role": groles[g], "content": gtexts[g]}
+                         for g in range(group, len(groles))])
+        if messages[0]["role"] != "user":
+            messages.insert(0, {"role": "user", "content": PLACEHOLDER})
+        return messages
+
+
+def _packed(state: Any, budget: int) -> list[dict[str, str]]:
+    """The transcript messages of ``state`` within ``budget`` (incremental when it can be)."""
+    cache = getattr(state, "view_cache", None)
+    edits = getattr(state, "transcript_edits", None)
+    if cache is None or edits is None:
+        return _pack(state.transcript, budget)
+    packer = cache.get("talker_pack")
+    if packer is None:
+        packer = cache["talker_pack"] = _Packer()
+    packer.sync(state.transcript, edits)
+    return packer.pack(budget)
 
 
 def build_talker_request(
@@ -257,7 +375,7 @@ def build_talker_request(
         scope = {**scope, "env": {}}  # env never reaches the Talker (SPEC §2.2)
     system = _system_message(state, playbook, purpose, scope, on_error)
     budget = token_budget - estimate_tokens(system) - ENTRY_OVERHEAD
-    messages = [{"role": "system", "content": system}, *_pack(state.transcript, budget)]
+    messages = [{"role": "system", "content": system}, *_packed(state, budget)]
     return TalkerRequest(messages=messages, purpose=purpose,  # type: ignore[arg-type]
                          spoke_from_version=state.version)
 
