@@ -11,7 +11,9 @@ form it enforces:
 Two more things its converter gets wrong or slow are fixed on the way: ``\\d`` in a
 ``pattern`` becomes ``[0-9]`` (the converter wrote ``\\d`` as a literal, so a date pattern
 forced the text ``\\d\\d\\d\\d``), and ``max_length`` (when given) caps every string's
-``maxLength`` (each allowed character is one nested grammar rule, so 200 is slow to sample).
+``maxLength`` (each allowed character is one nested grammar rule). An array that may hold
+no item becomes ``{"const": []}``: without ``items`` the converter ignored ``maxItems: 0``, and
+a 135M model filled ``deny`` with made-up objects.
 
 The input is never mutated (the Director's schemas are cached and shared).
 """
@@ -77,6 +79,9 @@ def llama_safe_schema(schema: Any, *, max_length: int | None = None) -> Any:
         else:
             out[key] = value
     kinds = out.get("type")
+    if kinds == "array" and out.get("maxItems") == 0:
+        # The converter drops maxItems without items: [{"name": "John"}] passed for "no items".
+        return {k: v for k, v in out.items() if k in ("title", "description")} | {"const": []}
     if max_length is not None and (kinds == "string" or (isinstance(kinds, list) and "string" in kinds)) \
             and "enum" not in out and "pattern" not in out:
         bound = out.get("maxLength")

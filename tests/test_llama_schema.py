@@ -90,6 +90,19 @@ def test_max_length_caps_strings_but_not_enums_or_patterns() -> None:
     assert "maxLength" not in llama_safe_schema(schema)["properties"]["free"]
 
 
+def test_an_array_that_must_stay_empty_becomes_const_empty() -> None:
+    out = llama_safe_schema({"type": "object", "properties": {
+        "deny": {"type": "array", "maxItems": 0},
+        "confirm": {"type": "array", "items": {"enum": ["a"]}, "uniqueItems": True},
+    }})
+    assert out["properties"]["deny"] == {"const": []}
+    assert out["properties"]["confirm"] == {"type": "array", "items": {"enum": ["a"]},
+                                            "uniqueItems": True}
+    jsonschema.validate({"deny": []}, out)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"deny": [{"name": "John"}]}, out)
+
+
 def test_input_is_not_mutated() -> None:
     schema = {"type": "object", "properties": {"n": {"type": ["string", "null"], "enum": ["a"]},
                                                "d": {"type": "string", "pattern": r"\d"}}}
@@ -129,4 +142,6 @@ def test_llama_cpp_compiles_the_verdict_grammar() -> None:
         safe = llama_safe_schema(verdict_schema(state, playbook), max_length=60)
         gbnf = grammar.json_schema_to_gbnf(json.dumps(safe))
         assert "\\d" not in gbnf  # the digit class became [0-9], not the literal text "\d"
+        assert 'deny-kv ::= "\\"deny\\"" space ":" space deny' in gbnf
+        assert 'deny ::= "[]"' in gbnf  # no made-up items in an array that must stay empty
         grammar.LlamaGrammar.from_string(gbnf, verbose=False)
