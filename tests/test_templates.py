@@ -388,7 +388,7 @@ def test_deep_templates_are_a_compile_error_not_a_recursion_error(source: str) -
 
 
 def test_rendering_never_parses_or_compiles_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from superdialog_core import templates
+    from superdialog_core import templates, tool_templates
 
     speech = compile_speech("Hi {{ slots.name }} on {{ slots.day | spoken_date }}{{ 1/0 }}")
     tool = compile_tool_text("https://x.example/{{ slots.name }}")
@@ -397,7 +397,7 @@ def test_rendering_never_parses_or_compiles_again(monkeypatch: pytest.MonkeyPatc
     def forbidden(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("parsed or compiled during a render")
 
-    for env in (templates._SPEECH_ENV, templates._TEXT_ENV, templates._VALUE_ENV):
+    for env in (templates._SPEECH_ENV, tool_templates._TEXT_ENV, tool_templates._VALUE_ENV):
         for name in ("parse", "compile", "from_string", "compile_expression"):
             monkeypatch.setattr(env, name, forbidden)
     text, detail = speech.render(SCOPE)  # the failing part takes the piecewise path
