@@ -177,7 +177,10 @@ class _TypedLeaf:
             if value._undefined_obj is scope.get("slots"):
                 return None  # an unset optional slot is sent as null
             raise TemplateRefusal(_refusal(value, self._paths, scope))  # a path inside a value
-        return _json_copy(value, self._text)
+        try:
+            return _json_copy(value, self._text)
+        except RecursionError:  # data from a tool result can nest without limit
+            raise TemplateRefusal(f"{self._text} is nested too deeply to send") from None
 
 
 def _json_copy(value: Any, text: str) -> Any:

@@ -428,3 +428,12 @@ def test_spoken_forms_speak_the_language_the_template_was_compiled_for() -> None
     text, detail = mixed.render(scope)
     assert text == "Tuesday, December 1 / Dienstag, 1. Dezember" and detail is not None
     assert compile_speech("{{ slots.day | spoken_date }}").render(scope)[0] == "Tuesday, December 1"
+
+
+def test_body_typed_leaf_with_absurdly_deep_data_refuses() -> None:
+    deep: Any = "end"
+    for _ in range(5000):
+        deep = [deep]
+    body = compile_tool_body({"x": "{{ results.r.data }}"})
+    with pytest.raises(TemplateRefusal, match="nested too deeply"):
+        body.render({"results": {"r": {"data": deep}}})
