@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 STR_MAX = 500  # stored text is capped: a slot is a value, not a transcript
 ENUM_LISTED = 12  # at most this many choices are named in a refusal
+CONTAINER_DEPTH = 8  # an array or object slot nests at most this deep...
+CONTAINER_ITEMS = 200  # ...and holds at most this many values in all
 
 
 def coerce(key: str, spec: SlotSpec, raw: Any, ctx: ValueContext) -> Any:
@@ -203,14 +205,32 @@ def _enum(key: str, spec: SlotSpec, raw: Any, ctx: ValueContext) -> Any:
 
 def _container(key: str, raw: Any, kind: type, noun: str) -> Any:
     if isinstance(raw, str):
-        # not JSON text: refused below with the same message as any other misfit
-        with contextlib.suppress(ValueError):
+        # not JSON text (or absurdly deep): refused below like any other misfit
+        with contextlib.suppress(ValueError, RecursionError):
             raw = json.loads(raw)
     if kind is list and isinstance(raw, tuple):
         raw = list(raw)
     if not isinstance(raw, kind):
         raise ValueRefused(key, f"that is not {noun}; ask the caller for it again")
+    _check_size(key, raw, noun)
     return raw
+
+
+def _check_size(key: str, value: Any, noun: str) -> None:
+    """Refuse a list or record too deep or too big for one slot (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if depth > CONTAINER_DEPTH or count > CONTAINER_ITEMS:
+            raise ValueRefused(
+                key, f"that is too large to keep as {noun}; ask the caller for the main details only"
+            )
+        if isinstance(node, dict):
+            stack.extend((item, depth + 1) for item in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((item, depth + 1) for item in node)
 
 
 def _array(key: str, spec: SlotSpec, raw: Any, ctx: ValueContext) -> list[Any]:

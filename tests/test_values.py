@@ -410,3 +410,17 @@ def test_a_bare_clock_time_is_today_in_the_call_zone(zone: str) -> None:
 def test_a_bare_clock_time_that_has_passed_is_refused_when_future_only() -> None:
     late = ValueContext(now=datetime(2026, 11, 30, 23, 30, tzinfo=ZoneInfo("UTC")), timezone="UTC")
     assert "in the past" in refused("datetime", "8 pm", late, future_only=True)
+
+
+def test_absurdly_deep_or_large_containers_are_refused_not_crashing() -> None:
+    deep_text = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError on this
+    assert "not a list" in refused("array", deep_text)
+    assert "not a set of named details" in refused("object", '{"a":' * 50_000 + "1" + "}" * 50_000)
+    nested: Any = "x"
+    for _ in range(20):
+        nested = [nested]
+    assert "too large" in refused("array", nested)
+    assert "too large" in refused("array", list(range(500)))
+    assert "too large" in refused("object", {"k": {"a": [[[[[[["deep"]]]]]]]}})
+    assert ok("array", [{"sku": "a", "n": 2}, {"sku": "b", "n": 1}]) == [
+        {"sku": "a", "n": 2}, {"sku": "b", "n": 1}]  # fmt: skip
