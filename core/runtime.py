@@ -307,7 +307,25 @@ class Runtime:
         """An outside event: ``silence`` (policies.silence) or a handler's ``<kind>.<name>``."""
         return await self._drain(self._external_stream(kind, name, dict(payload or {})))
 
-    async def _external_stream(self, kind: str, name: str, payload: dict[str, Any]) -> AsyncIterator[str]:
+    async def time_up(self) -> Turn:
+        """``policies.max_call_seconds`` has passed (a host's timer fired): a hard stop.
+
+        Logged as the external event ``timer``/``max_call_seconds``; the call ends with outcome
+        ``timeout`` and its closing line is returned (nothing when the call had already ended).
+        A reply still streaming is let finish first (up to 30 s), like any external event.
+        """
+        return await self._drain(
+            self._external_stream("timer", "max_call_seconds", {}, time_up=True))
+
+    def seconds_left(self) -> float | None:
+        """Seconds until ``policies.max_call_seconds`` (``None``: no limit, or not started)."""
+        limit = self.playbook.policies.max_call_seconds
+        if limit is None or self._started_wall is None:
+            return None
+        return max(limit - (time.time() - self._started_wall), 0.0)
+
+    async def _external_stream(self, kind: str, name: str, payload: dict[str, Any], *,
+                               time_up: bool = False) -> AsyncIterator[str]:
         await self._before_turn(patience=EXTERNAL_PATIENCE)
         reply = self._speaker.new_reply()
         self._sink = []
@@ -316,7 +334,7 @@ class Runtime:
         try:
             self._emit(External(kind=kind, name=name, payload=payload))
             if not self.state.ended:
-                if self._flow.over_time():
+                if time_up or self._flow.over_time():
                     source = self._flow.time_up(reply)
                 elif kind == "silence":
                     source = self._flow.silence(reply)

@@ -4,7 +4,8 @@ It speaks the opening on enter (an outbound phone call waits for the callee's fi
 ends the call once the terminal line has played, turns LiveKit's user-away state into the
 playbook's silence policy (and re-arms the away timer after each prompt), corrects heard text
 as soon as LiveKit reports an interrupted message, and persists the log when the session ends.
-On a resumed call the opening is not replayed.
+On a resumed call the opening is not replayed. ``policies.max_call_seconds`` is a hard stop: a
+timer armed on enter speaks the timeout line and ends the call even if nobody says a word.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class DialogAgent(Agent):
         self._speak_first = speak_first
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ending = False
+        self._call_timer: asyncio.TimerHandle | None = None  # policies.max_call_seconds
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -80,8 +82,10 @@ class DialogAgent(Agent):
         except BaseException:
             dialog.decide_start("silent")  # never leave the caller's turns waiting
             raise
+        self._arm_call_timer()
 
     async def on_exit(self) -> None:
+        self._cancel_call_timer()
         self.session.off("user_state_changed", self._on_user_state)
         self.session.off("conversation_item_added", self._on_item)
         self.session.off("close", self._on_close)
@@ -123,7 +127,50 @@ class DialogAgent(Agent):
             self._spawn(self._silence())
 
     def _on_close(self, ev: Any) -> None:
+        self._cancel_call_timer()
         self._spawn(self._persist())
+
+    # -- policies.max_call_seconds ------------------------------------------------------------
+
+    def _arm_call_timer(self, delay: float | None = None) -> None:
+        """Arm the hard stop: it fires even when nobody speaks and no reply is running."""
+        limit = self.dialog.playbook.policies.max_call_seconds
+        if limit is None:
+            return
+        if delay is None:
+            left = self.dialog.runtime.seconds_left()  # a resumed call keeps its original start
+            delay = limit if left is None else left
+        self._cancel_call_timer()
+        self._call_timer = asyncio.get_running_loop().call_later(delay, self._call_timer_fired)
+
+    def _cancel_call_timer(self) -> None:
+        if self._call_timer is not None:
+            self._call_timer.cancel()
+            self._call_timer = None
+
+    def _call_timer_fired(self) -> None:
+        self._call_timer = None
+        if self._ending or self.dialog.runtime.state.ended:
+            return
+        left = self.dialog.runtime.seconds_left()
+        if left is not None and left > 0.05:  # the runtime started after the timer was armed
+            self._arm_call_timer(left)
+            return
+        self._spawn(self._time_up())
+
+    async def _time_up(self) -> None:
+        """``max_call_seconds`` passed: the runtime logs the end (outcome ``timeout``) and its
+        closing line, spoken without interruptions; then the call ends per ``on_end``."""
+        dialog = self.dialog
+        rt = dialog.runtime
+        turn = await rt.time_up()
+        dialog._publish()
+        handle = None
+        if turn.text:
+            said = [e for e in turn.events if isinstance(e, Utterance) and e.role == "assistant"]
+            handle = dialog.say_line(turn.text, said, interruptible=False)
+        if rt.state.ended:
+            dialog._ended(handle)  # the "ended" event, then _after_terminal ends the call
 
     # -- silence ------------------------------------------------------------------------------
 
@@ -154,6 +201,7 @@ class DialogAgent(Agent):
 
     async def _end_call(self, handle: Any) -> None:
         self._ending = True
+        self._cancel_call_timer()
         if handle is not None and not handle.done():
             await handle.wait_for_playout()
         await self._persist()

@@ -478,3 +478,44 @@ async def test_the_director_defaults_to_the_same_talker_llm(
     monkeypatch.setattr(dialog._talker.llm, "aclose", lambda: _record(closed, "shared"))
     await dialog.aclose()
     assert closed == ["shared"]
+
+
+async def test_max_call_seconds_ends_a_silent_call_with_the_timeout_line(playbook: Playbook) -> None:
+    from superdialog_core.turnflow import TIMEOUT_LINE
+
+    timed = Playbook.from_yaml(PLAYBOOK.replace("policies:\n", "policies:\n  max_call_seconds: 0.4\n"))
+    dialog = DialogMachineLLM(timed, talker=TalkerLLM(["x"]), director=DirectorLLM([]))
+    session = _session(dialog)  # nobody speaks, no away timer: only the call timer can end it
+    closed = asyncio.get_running_loop().create_future()
+    session.on("close", lambda ev: closed.done() or closed.set_result(ev))
+    ended: list[Any] = []
+    dialog.on("superdialog_event", lambda e: e.kind == "ended" and ended.append(e.data))
+    await session.start(DialogAgent(dialog))
+    try:
+        await asyncio.wait_for(closed, 5.0)
+    finally:
+        await session.aclose()
+    assert [t for r, t in _messages(session) if r == "assistant"] == [
+        "Welcome! How many are you?", TIMEOUT_LINE]
+    rt = dialog.runtime
+    assert rt.state.outcome == "timeout" and ended == [{"outcome": "timeout"}]
+    assert [(e.kind, e.name) for e in rt.log if isinstance(e, External)] == [
+        ("timer", "max_call_seconds")]
+    assert sum(1 for e in rt.log if isinstance(e, Utterance) and e.text == TIMEOUT_LINE) == 1
+
+
+async def test_the_call_timer_is_cancelled_when_the_call_ends_first(playbook: Playbook) -> None:
+    timed = Playbook.from_yaml(PLAYBOOK.replace("policies:\n", "policies:\n  max_call_seconds: 0.5\n"))
+    dialog = DialogMachineLLM(timed, talker=TalkerLLM(["Got it."]), director=DirectorLLM(
+        [{"slots": {"party_size": 2}}, {"advance": "main.done"}]))
+    async with _session(dialog) as session:
+        agent = DialogAgent(dialog, on_end="none")
+        await session.start(agent)
+        await session.run(user_input="two")
+        await session.run(user_input="yes")
+        await _until(lambda: dialog.runtime.state.ended)
+        await asyncio.sleep(0.7)
+        assert agent._call_timer is None
+    rt = dialog.runtime
+    assert rt.state.outcome == "booked"
+    assert not [e for e in rt.log if isinstance(e, External)]

@@ -96,3 +96,15 @@ async def test_a_start_whose_store_failed_is_retried_by_the_next_turn() -> None:
         await rt.start()
     turn = await rt.user_turn("two of us")
     assert isinstance(rt.log[0], ev.SessionStart) and turn.checkpoint is not None
+
+
+async def test_time_up_ends_the_call_with_its_closing_line_and_outcome_timeout() -> None:
+    rt = runtime()
+    await rt.start()
+    left = rt.seconds_left()
+    assert left is not None and 599 < left <= 600
+    turn = await rt.time_up()
+    assert turn.ended and turn.outcome == "timeout" and "time limit" in turn.text
+    assert any(isinstance(e, ev.External) and e.kind == "timer" for e in turn.events)
+    again = await rt.time_up()  # already over: nothing more is said
+    assert again.text == "" and rt.state.outcome == "timeout"
