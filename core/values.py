@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 STR_MAX = 500  # stored text is capped: a slot is a value, not a transcript
 ENUM_LISTED = 12  # at most this many choices are named in a refusal
 CONTAINER_DEPTH = 8  # an array or object slot nests at most this deep...
-CONTAINER_ITEMS = 200  # ...and holds at most this many values in all
+CONTAINER_ITEMS = 200  # ...and holds at most this many values in all, no text over STR_MAX
 
 
 def coerce(key: str, spec: SlotSpec, raw: Any, ctx: ValueContext) -> Any:
@@ -223,7 +223,8 @@ def _check_size(key: str, value: Any, noun: str) -> None:
     while stack:
         node, depth = stack.pop()
         count += 1
-        if depth > CONTAINER_DEPTH or count > CONTAINER_ITEMS:
+        too_long = isinstance(node, str) and len(node) > STR_MAX
+        if depth > CONTAINER_DEPTH or count > CONTAINER_ITEMS or too_long:
             raise ValueRefused(
                 key, f"that is too large to keep as {noun}; ask the caller for the main details only"
             )

@@ -422,5 +422,6 @@ def test_absurdly_deep_or_large_containers_are_refused_not_crashing() -> None:
     assert "too large" in refused("array", nested)
     assert "too large" in refused("array", list(range(500)))
     assert "too large" in refused("object", {"k": {"a": [[[[[[["deep"]]]]]]]}})
+    assert "too large" in refused("object", {"note": "word " * 1000})
     assert ok("array", [{"sku": "a", "n": 2}, {"sku": "b", "n": 1}]) == [
         {"sku": "a", "n": 2}, {"sku": "b", "n": 1}]  # fmt: skip
