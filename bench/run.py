@@ -312,17 +312,30 @@ class Bench:
         oc, om = ours["capacity"], ours["memory"]
         sc, sm = (sd["capacity"], sd["memory"]) if sd else (None, None)
         calls = om["calls"]
-        cap_ratio = (oc["sustained_turns_per_s"] / sc["sustained_turns_per_s"]
-                     if sc and sc["sustained_turns_per_s"] else None)
+        cap_ratio: float | None = None
+        cap_base: float | None = None
+        cap_note = ("ours hit the rate cap; the real limit is higher" if oc["capped"]
+                    else sd_note)
+        bound = ""
+        if sc and sc["sustained_turns_per_s"]:
+            cap_base = sc["sustained_turns_per_s"]
+            cap_ratio = oc["sustained_turns_per_s"] / cap_base
+        elif sc and sc["lowest_failed_rate"]:
+            # superdialog failed even the lowest rate tried: its sustained rate is below it,
+            # so ours / that rate is a lower bound of the true ratio
+            cap_base = sc["lowest_failed_rate"]
+            cap_ratio = oc["sustained_turns_per_s"] / cap_base
+            best_p95 = min(st["overhead_ms_p95"] for st in sc["steps"])
+            bound = " (upper bound: it failed even this rate)"
+            cap_note = (f"superdialog's overhead p95 was {best_p95:.1f} ms even at "
+                        f"{cap_base:.2f} turns/s; the ratio is a lower bound")
         figs = [
             figure(f"sustained turns/s, overhead p95 ≤ 20 ms, {calls} calls",
-                   oc["sustained_turns_per_s"], "turns/s",
-                   baseline=sc["sustained_turns_per_s"] if sc else None,
-                   baseline_name="superdialog 0.3.0", ratio=cap_ratio, target="≥ 10x superdialog",
-                   met=(cap_ratio >= 10) if cap_ratio is not None else None,
-                   note=("ours hit the rate cap; the real limit is higher"
-                         if oc["capped"] else sd_note)),
-            figure("saturation throughput (closed loop, 90 % of calls busy)",
+                   oc["sustained_turns_per_s"], "turns/s", baseline=cap_base,
+                   baseline_name="superdialog 0.3.0" + bound, ratio=cap_ratio,
+                   target="≥ 10x superdialog",
+                   met=(cap_ratio >= 10) if cap_ratio is not None else None, note=cap_note),
+            figure("saturation throughput (closed loop, 50 calls back to back)",
                    oc["saturation"]["turns_per_s"], "turns/s",
                    baseline=sc["saturation"]["turns_per_s"] if sc else None,
                    baseline_name="superdialog 0.3.0",
