@@ -14,12 +14,18 @@ Environment:
 Per job: the call's values come from the SIP participant and the dispatch metadata; a call that
 cannot start (bad call-start values, unset ${VARS}) is refused before the greeting: a phone
 caller hears ``policies.start_failure_line`` and the call is hung up.
+
+The call's session id (its log's name) is stable per call: the dispatch's ``call.session_id``
+when given, else the room name. A job re-dispatched to another worker (the first one died)
+finds the log in the store and resumes it without replaying the opening (SPEC §11).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,10 +62,36 @@ def prewarm(proc: JobProcess) -> None:
     warm_up(language_of(playbook))
 
 
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:@+=-]")
+
+
+def call_session_id(ctx: Any, call: Mapping[str, Any] | None = None) -> str | None:
+    """The call's session id, stable across workers: the dispatch's, else the room name.
+
+    A room name that cannot name a log file is made safe (unsafe characters replaced, a short
+    hash of the name appended so two names never share a log). ``None`` without a room name.
+    """
+    given = (call or {}).get("session_id")
+    if given:
+        return str(given)
+    job_room = getattr(getattr(ctx, "job", None), "room", None)
+    name = getattr(job_room, "name", "") or getattr(getattr(ctx, "room", None), "name", "") or ""
+    if not name:
+        return None
+    safe = _UNSAFE_ID.sub("_", name)
+    if safe == name and len(name) <= 200 and name[0] not in ".:@+=-":
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"room_{safe[:180]}-{digest}"
+
+
 def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
                  call: Mapping[str, Any] | None, env: Mapping[str, str] = os.environ,
-                 store: Any = None) -> DialogMachineLLM:
-    """The call's DialogMachineLLM from the model URIs in ``env`` (ConfigError on a bad URI)."""
+                 store: Any = None, session_id: str | None = None) -> DialogMachineLLM:
+    """The call's DialogMachineLLM from the model URIs in ``env`` (ConfigError on a bad URI).
+
+    ``session_id`` names the call's log (``call_session_id``); a stored log of that id resumes.
+    """
     from superdialog_core import JsonlStore
 
     talker = env.get("TALKER_MODEL") or DEFAULT_TALKER
@@ -68,7 +100,7 @@ def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
         store = JsonlStore(env.get("SUPERDIALOG_LOG_DIR") or "logs")
     return DialogMachineLLM(
         playbook, talker=talker, director=director, call_start=call_start, call=call,
-        store=store, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
+        store=store, session_id=session_id, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
     )
 
 
@@ -88,7 +120,8 @@ def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
     """
     call = call_values_from_job(ctx, participant)
     call_start = call_start_from_job(ctx, playbook)
-    dialog = build_dialog(playbook, call_start=call_start, call=call, env=env)
+    dialog = build_dialog(playbook, call_start=call_start, call=call, env=env,
+                          session_id=call_session_id(ctx, call))
     _ = dialog.runtime  # builds the runtime now: unset ${VARS} or bad values fail here
     return dialog
 

@@ -115,3 +115,44 @@ async def test_a_refused_phone_call_hears_the_start_failure_line_then_hangs_up(
         await session.aclose()
     assert said == [playbook.policies.start_failure_line]
     assert deleted == [True]
+
+
+async def test_a_restarted_worker_resumes_the_same_calls_log(env: dict[str, str]) -> None:
+    """Worker failover (SPEC §11): the session id is the room name, so a job re-dispatched for
+    the same room finds the log in the JsonlStore and resumes it without the opening."""
+    playbook = worker.load_playbook(env)
+    meta = json.dumps({"call_start": {"clinic_id": "berlin-1"}})
+    with fake_job_context(job_metadata=meta) as ctx:
+        first = worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+        room = ctx.job.room.name
+    assert first.session_id == room
+    assert not await first.prepare()
+    await first.runtime.start(speak=False)
+    await first.runtime.wait_idle()
+    stored = first.runtime.log.version
+
+    with fake_job_context(job_metadata=meta) as ctx:  # another worker, the same room
+        second = worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+    assert second.session_id == room
+    assert await second.prepare() and second.resumed
+    assert second.runtime.log.version == stored  # adopted, nothing replayed
+
+    dispatched = json.dumps({"call_start": {"clinic_id": "berlin-1"},
+                             "call": {"session_id": "crm-4711"}})
+    with fake_job_context(job_metadata=dispatched) as ctx:
+        third = worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+    assert third.session_id == "crm-4711"  # the dispatch's id wins
+
+
+def test_a_room_name_that_cannot_name_a_file_is_made_safe() -> None:
+    from superdialog_core.stores import validate_session_id
+
+    def ctx(name: str) -> SimpleNamespace:
+        return SimpleNamespace(job=SimpleNamespace(room=SimpleNamespace(name=name)))
+
+    assert worker.call_session_id(ctx("call-_+4915_abc")) == "call-_+4915_abc"
+    odd = [worker.call_session_id(ctx(n)) for n in ("a/b", "a b", "../x", "a" * 300)]
+    for sid in odd:
+        assert sid is not None and validate_session_id(sid) == sid
+    assert len(set(odd)) == 4 and worker.call_session_id(ctx("a_b")) != odd[0]
+    assert worker.call_session_id(ctx("")) is None
