@@ -9,6 +9,7 @@ text that holds it, instead of a rule that silently never fires.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -110,10 +111,15 @@ class _Compiler:
         return compiled
 
     def run(self) -> list[Problem]:
+        from .startup import language_of
         from .validate import iter_checkpoints
 
+        # Spoken forms (spoken_date, spoken_time) default to the playbook's language (SPEC §16).
+        compile_speech = functools.partial(self.templates.compile_speech,
+                                           language=language_of(self.pb))
+
         def speech(text: str, path: str) -> Any:
-            return self.template(self.templates.compile_speech, text, path, speech=True)
+            return self.template(compile_speech, text, path, speech=True)
 
         for path, _, cp in iter_checkpoints(self.pb):
             for index, rule in enumerate(cp.advance_when):
