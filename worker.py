@@ -18,14 +18,20 @@ caller hears ``policies.start_failure_line`` and the call is hung up.
 The call's session id (its log's name) is stable per call: the dispatch's ``call.session_id``
 when given, else the room name. A job re-dispatched to another worker (the first one died)
 finds the log in the store and resumes it without replaying the opening (SPEC §11).
+
+``policies.log_retention_days``: each job process, as it starts (prewarm), deletes the logs in
+``$SUPERDIALOG_LOG_DIR`` untouched for longer than that, in a background thread (never on the
+event loop, never delaying a call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,15 +56,48 @@ def load_playbook(env: Mapping[str, str] = os.environ) -> Playbook:
     return Playbook.load(env.get("PLAYBOOK") or DEFAULT_PLAYBOOK)
 
 
+def log_store(env: Mapping[str, str] = os.environ) -> Any:
+    """The worker's store: a ``JsonlStore`` in ``$SUPERDIALOG_LOG_DIR`` (default ``./logs``)."""
+    from superdialog_core import JsonlStore
+
+    return JsonlStore(env.get("SUPERDIALOG_LOG_DIR") or "logs")
+
+
+def purge_expired_logs(playbook: Playbook, store: Any) -> threading.Thread | None:
+    """Apply ``policies.log_retention_days`` to ``store`` in a background thread (SPEC §16).
+
+    Returns the thread (``None`` when the playbook keeps logs forever). A failure is logged, never
+    raised: another job process purges again when it starts.
+    """
+    days = playbook.policies.log_retention_days
+    if days is None or store is None:
+        return None
+
+    def purge() -> None:
+        try:
+            expired = asyncio.run(store.purge_expired(days))
+        except Exception:
+            logger.warning("purging call logs older than %d days failed", days, exc_info=True)
+            return
+        if expired:
+            logger.info("purged %d call log(s) older than %d days", len(expired), days)
+
+    thread = threading.Thread(target=purge, name="superdialog-log-retention", daemon=True)
+    thread.start()
+    return thread
+
+
 def prewarm(proc: JobProcess) -> None:
-    """Once per job process: the VAD, the validated playbook and the value parsers."""
+    """Once per job process: the VAD, the validated playbook, the value parsers, and the
+    log retention (``policies.log_retention_days``, in a background thread)."""
     from livekit.plugins import silero
     from superdialog_core.startup import language_of
     from superdialog_core.values import warm_up
 
-    proc.userdata["vad"] = silero.VAD.load()
     playbook = load_playbook()
     proc.userdata["playbook"] = playbook
+    purge_expired_logs(playbook, log_store())
+    proc.userdata["vad"] = silero.VAD.load()
     warm_up(language_of(playbook))
 
 
@@ -92,12 +131,10 @@ def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
 
     ``session_id`` names the call's log (``call_session_id``); a stored log of that id resumes.
     """
-    from superdialog_core import JsonlStore
-
     talker = env.get("TALKER_MODEL") or DEFAULT_TALKER
     director = env.get("DIRECTOR_MODEL") or None
     if store is None:
-        store = JsonlStore(env.get("SUPERDIALOG_LOG_DIR") or "logs")
+        store = log_store(env)
     return DialogMachineLLM(
         playbook, talker=talker, director=director, call_start=call_start, call=call,
         store=store, session_id=session_id, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
@@ -148,7 +185,10 @@ async def refuse_call(ctx: JobContext, playbook: Playbook, *, vad: Any, phone: b
 
 async def entrypoint(ctx: JobContext) -> None:
     """One call: wait for the caller, read the call's values, run the playbook."""
-    playbook = ctx.proc.userdata.get("playbook") or load_playbook()
+    playbook = ctx.proc.userdata.get("playbook")
+    if playbook is None:  # no prewarm ran in this process: load and apply retention here
+        playbook = load_playbook()
+        purge_expired_logs(playbook, log_store())
     vad = ctx.proc.userdata.get("vad")
     await ctx.connect()
     participant = await ctx.wait_for_participant()

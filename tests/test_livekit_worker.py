@@ -156,3 +156,42 @@ def test_a_room_name_that_cannot_name_a_file_is_made_safe() -> None:
         assert sid is not None and validate_session_id(sid) == sid
     assert len(set(odd)) == 4 and worker.call_session_id(ctx("a_b")) != odd[0]
     assert worker.call_session_id(ctx("")) is None
+
+
+def test_prewarm_applies_log_retention_days_to_the_jsonl_store(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    from livekit.plugins import silero
+
+    text = EXAMPLE.read_text()
+    assert "log_retention_days" not in text
+    kept = tmp_path / "retained.yaml"
+    kept.write_text(text.replace("policies:\n", "policies:\n  log_retention_days: 30\n", 1))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    old, fresh = logs / "old-call.jsonl", logs / "fresh-call.jsonl"
+    for path in (old, fresh):
+        path.write_text("")
+    forty_days_ago = time.time() - 40 * 86400
+    os.utime(old, (forty_days_ago, forty_days_ago))
+    for key in ("PLAYBOOK", "SUPERDIALOG_LOG_DIR"):
+        monkeypatch.setenv(key, str(kept) if key == "PLAYBOOK" else env[key])
+    monkeypatch.setattr(silero.VAD, "load", staticmethod(lambda *a, **k: "vad"))
+    threads: list[object] = []
+    purge = worker.purge_expired_logs
+    monkeypatch.setattr(worker, "purge_expired_logs",
+                        lambda *a: threads.append(purge(*a)) or threads[-1])
+
+    proc = SimpleNamespace(userdata={})
+    worker.prewarm(proc)  # type: ignore[arg-type]
+    assert proc.userdata["vad"] == "vad" and len(threads) == 1
+    threads[0].join(10)  # type: ignore[attr-defined]
+    assert not old.exists() and fresh.exists()
+
+    # a playbook without retention keeps every log
+    os.utime(fresh, (forty_days_ago, forty_days_ago))
+    assert purge(worker.load_playbook(env), JsonlStore(logs)) is None
+    assert fresh.exists()
