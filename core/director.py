@@ -17,11 +17,13 @@ Parsing and applying a verdict live in ``verdict.py`` and are re-exported here.
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from json.encoder import encode_basestring
 from typing import Any
 
+from . import lookups
+from .lookups import cache_for as _cache_for
 from .models import DirectorRequest
 from .playbook import Checkpoint, Playbook, SlotSpec
 from .verdict import AppliedVerdict, VerdictError, apply_verdict, parse_verdict
@@ -37,21 +39,8 @@ _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")
 
-# --- per-playbook caches (the playbook is shared by every call; a turn only looks up) -------
-
-_CACHES: dict[int, tuple[weakref.ref[Playbook], dict[Any, Any]]] = {}
-
-
-def _cache_for(playbook: Playbook) -> dict[Any, Any]:
-    """The derived-artifact cache of one playbook, dropped when the playbook is collected."""
-    key = id(playbook)
-    entry = _CACHES.get(key)
-    if entry is not None and entry[0]() is playbook:
-        return entry[1]
-    cache: dict[Any, Any] = {}
-    ref = weakref.ref(playbook, lambda _r, key=key: _CACHES.pop(key, None))
-    _CACHES[key] = (ref, cache)
-    return cache
+# Per-playbook caches (``_cache_for``, from lookups): the playbook is shared by every call,
+# so a turn only looks up.
 
 
 # --- schema --------------------------------------------------------------------------------
@@ -60,7 +49,7 @@ def _cache_for(playbook: Playbook) -> dict[Any, Any]:
 def current_checkpoint(state: Any, playbook: Playbook) -> Checkpoint:
     """The state's checkpoint, or a clear error when the state is not inside this playbook."""
     ref = state.checkpoint
-    checkpoint = playbook.checkpoints.get(ref) if ref is not None else None
+    checkpoint = lookups.checkpoints(playbook).get(ref) if ref is not None else None
     if checkpoint is None:
         raise ValueError(
             f"the conversation is at checkpoint {ref!r}, which this playbook does not have; "
@@ -100,7 +89,7 @@ def _value_schema(spec: SlotSpec) -> dict[str, Any]:
 def director_slot_spec(playbook: Playbook, checkpoint: Checkpoint, key: str) -> SlotSpec | None:
     """The spec the Director writes ``key`` against: the current checkpoint's, else the first."""
     spec = checkpoint.slots.get(key)
-    return spec if spec is not None else playbook.slot_spec(key)
+    return spec if spec is not None else lookups.slot_spec(playbook, key)
 
 
 def _schema_slot_keys(playbook: Playbook, checkpoint: Checkpoint,
@@ -288,18 +277,34 @@ def _checkpoint_block(playbook: Playbook, ref: str, awaiting: frozenset[str]) ->
 
 
 def date_anchor(state: Any) -> str:
-    """"Today is Monday 30 November 2026, 10:15 Europe/Berlin." from the session's anchor."""
+    """"Today is Monday 30 November 2026, 10:15 Europe/Berlin." from the session's anchor.
+
+    Fixed for a session, so it is formatted once and kept in the state's ``view_cache``.
+    """
     anchor: datetime | None = getattr(state, "anchor", None)
     tz = getattr(state, "timezone", None) or "UTC"
     if anchor is None:
         # Only a state without a session_start lacks an anchor; use the wall clock then.
         anchor = datetime.now(timezone.utc)
-    return (f"Today is {_WEEKDAYS[anchor.weekday()]} {anchor.day} {_MONTHS[anchor.month - 1]} "
+        cache = None
+    else:
+        cache = getattr(state, "view_cache", None)
+        if cache is not None:
+            hit = cache.get("date_anchor")
+            if hit is not None and hit[0] is anchor and hit[1] == tz:
+                return hit[2]  # type: ignore[no-any-return]
+    text = (f"Today is {_WEEKDAYS[anchor.weekday()]} {anchor.day} {_MONTHS[anchor.month - 1]} "
             f"{anchor.year}, {anchor:%H:%M} {tz}.")
+    if cache is not None:
+        cache["date_anchor"] = (anchor, tz, text)
+    return text
 
 
 def _json(value: Any, limit: int = STRING_MAX) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    if type(value) is str:
+        text = encode_basestring(value)  # what json.dumps(ensure_ascii=False) gives, ~10x faster
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
+from . import lookups
 
 if TYPE_CHECKING:
     from .playbook import AdvanceRule, Playbook
@@ -32,7 +33,7 @@ def status_for(playbook: Playbook, key: str, by: str) -> ev.SlotStatus:
     if by in AUTHORITATIVE_WRITERS:
         return "confirmed"
     if by == "director":
-        return "provisional" if playbook.needs_confirmation(key) else "accepted"
+        return "provisional" if lookups.needs_confirmation(playbook, key) else "accepted"
     raise ValueError(
         f"unknown writer {by!r} for slot {key!r}; use one of director, caller, tool, rule, "
         "call_start, policy"
@@ -65,7 +66,7 @@ def plan_write(
     is a no-op; a different value replaces the old one, and ``invalidates`` then clears the
     listed slots and results (only when there was an old value).
     """
-    spec = playbook.slot_spec(key)
+    spec = lookups.slot_spec(playbook, key)
     if by == "director":
         if key in playbook.call_start or (spec is not None and spec.authoritative):
             return [ev.SlotRefused(
@@ -99,7 +100,7 @@ def _invalidations(
     state: ConversationState, playbook: Playbook, key: str, by: str
 ) -> list[ev.Event]:
     """``slot_clear`` for each filled slot / stored result that ``key`` invalidates."""
-    spec = playbook.slot_spec(key)
+    spec = lookups.slot_spec(playbook, key)
     if spec is None:
         return []
     out: list[ev.Event] = []
@@ -211,7 +212,8 @@ def requires_status(
     """
     keys = rule if isinstance(rule, Sequence) and not isinstance(rule, str) else rule.requires  # type: ignore[union-attr]
     ref = checkpoint_ref if checkpoint_ref is not None else state.checkpoint
-    hard = ref is not None and ref in playbook.checkpoints and playbook.checkpoint(ref).gate == "hard"
+    cps = lookups.checkpoints(playbook)
+    hard = ref is not None and ref in cps and cps[ref].gate == "hard"
     missing: list[str] = []
     unconfirmed: list[str] = []
     for key in keys:
@@ -234,16 +236,17 @@ def read_back_items(state: ConversationState, playbook: Playbook) -> list[str]:
     playbook (built directly from the models) contributes no tool slots.
     """
     ref = state.checkpoint
-    if ref is None or ref not in playbook.checkpoints:
+    checkpoint = lookups.checkpoints(playbook).get(ref) if ref is not None else None
+    if checkpoint is None:
         return []
-    checkpoint = playbook.checkpoint(ref)
     hard = checkpoint.gate == "hard"
     required: list[str] = []
     for rule in checkpoint.advance_when:
         required.extend(rule.requires)
     candidates = dict.fromkeys(required if hard else ())
-    candidates.update(dict.fromkeys(_tool_slot_refs(playbook, checkpoint.pipeline,
-                                                    checkpoint.on_enter)))
+    if checkpoint.pipeline is not None or checkpoint.on_enter:
+        candidates.update(dict.fromkeys(_tool_slot_refs(playbook, checkpoint.pipeline,
+                                                        checkpoint.on_enter)))
     items: list[str] = []
     for key in dict.fromkeys([*candidates, *required]):
         slot = state.slots.get(key)
@@ -271,7 +274,13 @@ def _tool_slot_refs(playbook: Playbook, pipeline_id: str | None, on_enter: list[
         parts: list[Any] = [tool._url, tool._body, *(tool._headers or {}).values()]
         for compiled in parts:
             refs.update(getattr(compiled, "slot_refs", ()) or ())
-    order = {key: i for i, key in enumerate(_declaration_order(playbook))}
+    if not refs:
+        return []
+    cache = lookups.cache_for(playbook)
+    order = cache.get("declaration_order")
+    if order is None:
+        order = cache["declaration_order"] = {
+            key: i for i, key in enumerate(_declaration_order(playbook))}
     return sorted(refs, key=lambda k: (order.get(k, len(order)), k))
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from . import lookups
 from .director import current_checkpoint, date_anchor
 from .models import TalkerRequest
 from .playbook import Checkpoint, Playbook
@@ -61,7 +62,7 @@ def estimate_tokens(text: str) -> int:
 
 def _guidance_template(checkpoint: Checkpoint) -> Any | None:
     """The compiled guidance; compiled once here only if the loader did not (cached after)."""
-    template = checkpoint._guidance
+    template = lookups.guidance(checkpoint)
     if template is None and checkpoint.guidance.strip():
         from .templates import compile_speech  # only for playbooks built without the loader
 
@@ -122,7 +123,7 @@ def _views(playbook: Playbook, scope: Mapping[str, Any],
            on_error: Callable[[str], None] | None) -> dict[str, Any]:
     """Every view's value on a scope without env; None and empty values are left out."""
     out: dict[str, Any] = {}
-    for name, expr in playbook._views.items():
+    for name, expr in lookups.views(playbook).items():
         handler = None if on_error is None else (lambda d, n=name: on_error(f"view:{n}:{d}"))
         value = expr.evaluate(scope, on_error=handler)
         if value is None or value == [] or value == {} or value == "":
@@ -134,14 +135,17 @@ def _views(playbook: Playbook, scope: Mapping[str, Any],
 def _system_message(state: Any, playbook: Playbook, purpose: str,
                     scope: Mapping[str, Any], on_error: Callable[[str], None] | None) -> str:
     cp = current_checkpoint(state, playbook)
-    language = _language(playbook)
-    blocks: list[str] = []
-    persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."
-    blocks.append(persona)
-    blocks.append(VOICE_GUIDELINES + _style(playbook))
-    blocks.append(date_anchor(state))
+    cache = lookups.cache_for(playbook)
+    stable = cache.get("talker_stable")
+    if stable is None:
+        # Persona, voice guidelines and style: the same for every segment of every call.
+        persona = playbook.persona.strip() or "You are a friendly, efficient phone assistant."
+        stable = cache["talker_stable"] = (
+            persona + "\n\n" + VOICE_GUIDELINES + _style(playbook), _language(playbook))
+    head, language = stable
+    blocks: list[str] = [head, date_anchor(state)]
 
-    views = _views(playbook, scope, on_error) if playbook._views else {}
+    views = _views(playbook, scope, on_error) if lookups.views(playbook) else {}
     step = ["## Current step"]
     if cp.goal.strip():
         step.append(f"Goal: {cp.goal.strip()}")
@@ -162,7 +166,7 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
             if key not in needed:
                 needed.append(key)
             continue
-        spec = playbook.slot_spec(key)
+        spec = lookups.slot_spec(playbook, key)
         items.append(f"{key}: " + _spoken_value(spec.type if spec else None, state.value(key),
                                                   language, read_back=True))
     if needed:
@@ -190,7 +194,7 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     if state.slots:
         known = []
         for key, slot in state.slots.items():
-            spec = playbook.slot_spec(key)
+            spec = lookups.slot_spec(playbook, key)
             line = f"- {key}: {_spoken_value(spec.type if spec else None, slot.value, language)}"
             if slot.status == "provisional":
                 line += " (not yet confirmed)"
