@@ -18,7 +18,7 @@ from typing import Any
 
 from ._expr_helpers import COMPARATORS, HELPERS, Node, is_number, kind, step, walk_from
 
-NAMESPACES = frozenset({"slots", "results", "env", "call", "calls", "pipeline", "views"})
+NAMESPACES = frozenset({"slots", "results", "env", "call", "calls", "pipeline", "views", "args"})
 
 _FORBIDDEN: dict[type[ast.AST], str] = {
     ast.BinOp: "arithmetic",
@@ -51,12 +51,14 @@ class ExprContext:
 
     ``declared_slots``: the playbook's slot keys (``None`` skips the check); ``allow_pipeline``:
     the rules of a pipeline-owned checkpoint; ``allow_env``: False for views, which the Talker
-    sees and env values must never reach.
+    sees and env values must never reach; ``allow_args``: a tool's ``when``, which sees the
+    arguments the tool is called with (a handler's payload).
     """
 
     declared_slots: set[str] | frozenset[str] | None = None
     allow_pipeline: bool = False
     allow_env: bool = True
+    allow_args: bool = False
 
 
 def where(node: ast.AST) -> str:
@@ -239,6 +241,11 @@ class Compiler:
             raise self.fail(
                 name,
                 "'pipeline' is only available in the advance rules of a checkpoint that runs a pipeline",
+            )
+        if root == "args" and not ctx.allow_args:
+            raise self.fail(
+                name, "'args' is only available in a tool's `when` and its url, headers and body "
+                "(the arguments the tool is called with)",
             )
         if root == "env" and not ctx.allow_env:
             raise self.fail(

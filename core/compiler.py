@@ -49,32 +49,19 @@ class _Compiler:
                     hint_for(name, self.known[space]) or f"known: {', '.join(sorted(self.known[space])) or 'none'}",
                     "warning"))
 
-    def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool) -> Any:
+    def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool,
+                   allow_args: bool = False) -> Any:
         context = self.expr.ExprContext(
-            declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline, allow_env=allow_env
+            declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline,
+            allow_env=allow_env, allow_args=allow_args,
         )
         try:
             compiled = self.expr.compile_expr(text, context=context)
         except self.expr.ExprError as exc:
-            if "unknown name 'args'" in str(exc):
-                self.problems.append(self._args_problem(path))
-            else:
-                self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
+            self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
             return None
         self.check_names(text, path)
         return compiled
-
-    @staticmethod
-    def _args_problem(path: str) -> Problem:
-        """``args`` (a handler's payload, a model's tool arguments) reaches a tool's url, headers
-        and body templates at call time; expressions cannot read it (expr.py has no namespace
-        for it yet), so say so instead of "unknown name"."""
-        if path.startswith("tools"):
-            return Problem(path, "a tool's `when` cannot read args: args are only available in the tool's "
-                           "url, headers and body templates",
-                           "test slots, results, call or calls in `when`; use args in the templates")
-        return Problem(path, "invalid expression: args is only available in a tool's url, headers and body templates",
-                       "read slots, results, call or calls here")
 
     def _expr_hint(self, text: str, exc: Exception) -> str | None:
         if "did you mean" in str(exc) or "declare" in str(exc):
@@ -134,7 +121,8 @@ class _Compiler:
         for index, tool in enumerate(self.pb.tools):
             path = join_path("tools", index)
             if tool.when is not None:
-                tool._when = self.expression(tool.when, join_path(path, "when"), allow_pipeline=False, allow_env=True)
+                tool._when = self.expression(tool.when, join_path(path, "when"), allow_pipeline=False,
+                                             allow_env=True, allow_args=True)
             tool._url = self.template(self.templates.compile_tool_text, tool.url, join_path(path, "url")) if tool.url else None
             tool._headers = {
                 name: self.template(self.templates.compile_tool_text, value, join_path(path, "headers", name))

@@ -531,18 +531,18 @@ def test_a_missing_required_top_level_key_still_lists_the_other_field_problems()
     assert {p.path for p in problems(doc)} == {"journeys", "zzzz", "tools[0].timeout"}
 
 
-def test_args_in_a_tool_when_is_a_clear_load_error() -> None:
-    """args reach a tool's templates, not expressions: the error says so instead of "unknown name"."""
+def test_args_are_readable_in_a_tool_when_and_nowhere_else_in_expressions() -> None:
+    """A tool's `when` and templates see the arguments it is called with (a handler's payload);
+    a rule's expression has no arguments, so reading args there is a clear load error."""
     doc = base()
     doc["tools"][0]["body"] = {"name": "{{ args.name }}"}
-    Playbook.from_dict(copy.deepcopy(doc))
     doc["tools"][0]["when"] = "args.name is not None"
+    Playbook.from_dict(copy.deepcopy(doc))
     cps(doc)[2]["advance_when"][0].update(judge="expr", when="args.x")
     found = {p.path: p for p in problems(doc)}
-    assert found["tools[0].when"].message == (
-        "a tool's `when` cannot read args: args are only available in the tool's url, headers and body templates")
-    assert found["journeys.visit.checkpoints[2].advance_when[0].when"].message == (
-        "invalid expression: args is only available in a tool's url, headers and body templates")
+    assert "tools[0].when" not in found
+    message = found["journeys.visit.checkpoints[2].advance_when[0].when"].message
+    assert message.startswith("invalid expression: 'args' is only available in a tool's `when`")
 
 
 _JUNK = [None, 0, 11, -1, "x", "", "visit.nope", [], ["a"], {}, {"a": 1}, True, 1.5, "{{ x (", [{"id": 1}]]
