@@ -168,6 +168,9 @@ def local_server(name: str, *, n_ctx: int = DEFAULT_CONTEXT, threads: int | None
             "--n_ctx", str(n_ctx), "--n_threads", str(threads or _default_threads()),
             # Prompt processing has its own thread count (default: every core): same bound.
             "--n_threads_batch", str(threads or _default_threads()),
+            # By default a new request cuts the one being streamed short: the Talker's reply came
+            # back empty whenever the Director asked the same server. Queue them instead.
+            "--interrupt_requests", "False",
         ]
         process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
         log_file.close()
