@@ -1,7 +1,9 @@
 """The real local model (SmolLM2-135M on llama.cpp, 127.0.0.1) as Talker and Director.
 
 Three caller turns through ``DialogMachineLLM`` in a real ``AgentSession`` (text mode) over
-``playbooks/dental_booking.yaml``, both roles given as the URI ``local/smollm2-135m``: every
+``playbooks/dental_booking.yaml`` with ``talker="local/smollm2-135m"`` and the default director
+(the same model, one llama.cpp server answering both roles in turn; ``chat`` and
+``test_cli_chat.py`` cover one server per role): every
 Director call must come back as JSON that validates against that turn's verdict schema and
 parses as a verdict on the first attempt, the Talker must say something each turn, and the
 log must round-trip. A 135M model's wording and slot values are not asserted, only structure.
@@ -50,13 +52,10 @@ def _python_tools() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def local_servers() -> Any:
-    """Start the Talker's and the Director's llama.cpp servers once for this module."""
-    talker = llm_from_uri(MODEL, role="talker")
-    director = llm_from_uri(MODEL, role="director")
-    servers = [talker.local_server, director.local_server]
-    yield servers
-    for server in servers:
-        server.stop()
+    """Start the llama.cpp server once for this module (DialogMachineLLM reuses it)."""
+    server = llm_from_uri(MODEL, role="talker").local_server
+    yield server
+    server.stop()
 
 
 class _Recorder:
@@ -74,17 +73,16 @@ class _Recorder:
 
 
 async def test_three_turns_with_the_real_local_model(local_servers: Any) -> None:
-    dialog = DialogMachineLLM(PLAYBOOK, talker=MODEL, director=MODEL,
+    dialog = DialogMachineLLM(PLAYBOOK, talker=MODEL,
                               python_tools=_python_tools(), call={"channel": "web"},
                               director_timeout=90.0)
-    # The local URIs give each role its own server and mark both for JSON verdicts.
+    # The local URI marks the model for JSON verdicts and short replies.
     assert isinstance(dialog._talker, LiveKitTalker)
     assert isinstance(dialog._director, LiveKitDirector)
     hints = model_hints(dialog._director.llm)
     assert hints is not None and hints.json_verdicts and hints.director_max_tokens
     assert model_hints(dialog._talker.llm).talker_max_tokens  # type: ignore[union-attr]
-    assert {dialog._talker.llm.local_server.port, dialog._director.llm.local_server.port} == \
-        {s.port for s in local_servers}
+    assert dialog._director.llm.local_server.port == local_servers.port
     recorder = _Recorder(dialog._director)
     dialog._director.decide = recorder.decide  # type: ignore[method-assign]
 
