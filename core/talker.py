@@ -405,6 +405,11 @@ class NeverSayFilter:
         self._pattern = (re.compile("|".join(re.escape(p) for p in cleaned), re.IGNORECASE)
                          if cleaned else None)
         self._prefixes = {p.lower()[:i] for p in cleaned for i in range(1, len(p))}
+        # First characters of the (lowered) prefixes: a tail can only be held from one of
+        # them. Both Greek sigmas, since lowering picks one by context.
+        self._firsts = {prefix[0] for prefix in self._prefixes}
+        if self._firsts & {"σ", "ς"}:
+            self._firsts |= {"σ", "ς"}
         self.hold_max = max((len(p) for p in cleaned), default=1) - 1
         self._pending = ""
         self._dropping = False
@@ -426,8 +431,18 @@ class NeverSayFilter:
 
     def _held(self, text: str) -> int:
         """Length of the longest tail of ``text`` that could still become a phrase."""
-        for size in range(min(self.hold_max, len(text)), 0, -1):
-            if text[-size:].lower() in self._prefixes:
+        n = len(text)
+        first = max(0, n - self.hold_max)
+        tail = text[first:].lower()
+        prefixes = self._prefixes
+        if len(tail) == n - first:  # lowering kept the length: positions line up
+            firsts = self._firsts
+            for i, ch in enumerate(tail):
+                if ch in firsts and text[first + i:].lower() in prefixes:
+                    return n - first - i
+            return 0
+        for size in range(n - first, 0, -1):
+            if text[-size:].lower() in prefixes:
                 return size
         return 0
 
