@@ -34,6 +34,18 @@ BUDGET_NOTE = (
     "for what is still missing, in one short question."
 )
 _WORD = re.compile(r"[a-z0-9]{3,}")
+# Python 3.11+: a deadline on the decision task itself. asyncio.wait_for on 3.11 runs the model
+# call in a task of its own, which costs a task and an extra event-loop pass per turn (3.12's
+# wait_for is this same context manager).
+_TIMEOUT = getattr(asyncio, "timeout", None)
+
+
+async def _within(awaitable: Any, seconds: float) -> Any:
+    """``asyncio.wait_for(awaitable, seconds)``, without its extra task where Python allows."""
+    if _TIMEOUT is None or not inspect.iscoroutine(awaitable):
+        return await asyncio.wait_for(awaitable, timeout=seconds)
+    async with _TIMEOUT(seconds):
+        return await awaitable
 
 
 class TurnFlow:
@@ -85,7 +97,7 @@ class TurnFlow:
         for attempt in (1, 2):
             remaining = max(deadline - time.perf_counter(), 0.001)
             try:
-                raw = await asyncio.wait_for(rt._director.decide(request), timeout=remaining)
+                raw = await _within(rt._director.decide(request), remaining)
             except asyncio.TimeoutError:
                 self._degrade("director", f"no verdict within director_timeout="
                               f"{rt._director_timeout}s; the turn goes on without one")
