@@ -301,8 +301,11 @@ def date_anchor(state: Any) -> str:
 
 
 def _json(value: Any, limit: int = STRING_MAX) -> str:
-    if type(value) is str:
+    kind = type(value)
+    if kind is str:
         text = encode_basestring(value)  # what json.dumps(ensure_ascii=False) gives, ~10x faster
+    elif kind is int:
+        text = int.__repr__(value)  # json.dumps's own rendering of an int
     else:
         text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
+from . import lookups
 from .goodbye import is_meta_instruction, is_spoken_goodbye
 from .playbook import Checkpoint, Playbook, SlotSpec
 from .slots import plan_confirm, plan_deny, plan_write, requires_status
@@ -175,11 +176,11 @@ class _Application:
 
     @property
     def checkpoint(self) -> Checkpoint:
-        return self.playbook.checkpoint(self.state.checkpoint)
+        return lookups.checkpoints(self.playbook)[self.state.checkpoint]
 
     def slot_spec(self, key: str) -> SlotSpec | None:
         spec = self.checkpoint.slots.get(key)
-        return spec if spec is not None else self.playbook.slot_spec(key)
+        return spec if spec is not None else lookups.slot_spec(self.playbook, key)
 
 
 def _key_list(app: _Application, verdict: dict[str, Any], name: str) -> list[str]:
