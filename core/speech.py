@@ -167,10 +167,35 @@ class TalkerStream:
                 await closer()
 
 
-async def one_piece(text: str) -> AsyncIterator[str]:
+class _OnePiece:
+    """A fixed line as a stream of one piece (nothing for an empty line).
+
+    A plain async iterator rather than an async generator: no generator frame, no asyncio
+    first-iteration hook and no WeakSet entry, for every fixed line and empty follow-through.
+    """
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __aiter__(self) -> _OnePiece:
+        return self
+
+    async def __anext__(self) -> str:
+        text = self._text
+        if not text:
+            raise StopAsyncIteration
+        self._text = ""
+        return text
+
+    async def aclose(self) -> None:
+        self._text = ""
+
+
+def one_piece(text: str) -> AsyncIterator[str]:
     """A fixed line as a stream of one piece."""
-    if text:
-        yield text
+    return _OnePiece(text)
 
 
 __all__ = ["Reply", "Segment", "TalkerStream", "one_piece"]

@@ -192,9 +192,10 @@ class TurnFlow:
     async def finish_reply(self, reply: Reply, *, opening: bool = False) -> AsyncIterator[str]:
         """(b)/(c) the due lines, then (d) the follow-through (or the opening's Talker segment)."""
         speaker = self.rt._speaker
-        async with aclosing(speaker.due_lines(reply, self.rt._undelivered)) as pieces:
-            async for piece in pieces:
-                yield piece
+        if self.rt._undelivered:
+            async with aclosing(speaker.due_lines(reply, self.rt._undelivered)) as pieces:
+                async for piece in pieces:
+                    yield piece
         if opening and reply.texts:
             return  # the opening is its verbatim lines, else one Talker segment
         async with aclosing(speaker.follow_through(reply, opening=opening)) as pieces:
