@@ -389,6 +389,27 @@ def build_talker_request(
 _SENTENCE_END = re.compile(r"[.!?\n…。।]")
 
 
+@lru_cache(maxsize=256)
+def _never_say_tables(
+    phrases: tuple[str, ...],
+) -> tuple[re.Pattern[str] | None, frozenset[str], re.Pattern[str], int]:
+    """The match pattern, the lowered proper prefixes, a pattern of the characters a prefix
+    can start with, and the longest hold, for one list of never_say phrases."""
+    cleaned = sorted({p for p in phrases if p and p.strip()}, key=len, reverse=True)
+    pattern = (re.compile("|".join(re.escape(p) for p in cleaned), re.IGNORECASE)
+               if cleaned else None)
+    prefixes = frozenset(p.lower()[:i] for p in cleaned for i in range(1, len(p)))
+    # A tail can only be held from one of these. Both Greek sigmas, since lowering picks one
+    # by context.
+    firsts = {prefix[0] for prefix in prefixes}
+    if firsts & {"σ", "ς"}:
+        firsts |= {"σ", "ς"}
+    first_chars = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]"
+                             if firsts else "(?!)")
+    hold_max = max((len(p) for p in cleaned), default=1) - 1
+    return pattern, prefixes, first_chars, hold_max
+
+
 class NeverSayFilter:
     """Removes never_say phrases from a streamed reply without delaying it.
 
@@ -401,16 +422,9 @@ class NeverSayFilter:
     """
 
     def __init__(self, phrases: Iterable[str]) -> None:
-        cleaned = sorted({p for p in phrases if p and p.strip()}, key=len, reverse=True)
-        self._pattern = (re.compile("|".join(re.escape(p) for p in cleaned), re.IGNORECASE)
-                         if cleaned else None)
-        self._prefixes = {p.lower()[:i] for p in cleaned for i in range(1, len(p))}
-        # First characters of the (lowered) prefixes: a tail can only be held from one of
-        # them. Both Greek sigmas, since lowering picks one by context.
-        self._firsts = {prefix[0] for prefix in self._prefixes}
-        if self._firsts & {"σ", "ς"}:
-            self._firsts |= {"σ", "ς"}
-        self.hold_max = max((len(p) for p in cleaned), default=1) - 1
+        # A checkpoint's phrases are fixed: their pattern and prefix table are built once.
+        self._pattern, self._prefixes, self._firsts, self.hold_max = _never_say_tables(
+            tuple(phrases))
         self._pending = ""
         self._dropping = False
         self._strip_leading = False
@@ -418,9 +432,18 @@ class NeverSayFilter:
 
     def feed(self, chunk: str) -> str:
         """Text of ``chunk`` (plus anything held before) that is safe to speak now."""
-        if self._pattern is None:
+        pattern = self._pattern
+        if pattern is None:
             return chunk
-        return self._process(self._pending + chunk, final=False)
+        text = self._pending + chunk
+        if self._dropping or self._strip_leading or pattern.search(text) is not None:
+            return self._process(text, final=False)
+        # The common case (no phrase, nothing being cut): what ``_process`` does for it.
+        keep = len(text) - self._held(text)
+        safe, self._pending = text[:keep], text[keep:]
+        if safe:
+            self._last = safe[-1]
+        return safe
 
     def close(self) -> str:
         """The held-back remainder, filtered; the filter is empty afterwards."""
@@ -436,9 +459,9 @@ class NeverSayFilter:
         tail = text[first:].lower()
         prefixes = self._prefixes
         if len(tail) == n - first:  # lowering kept the length: positions line up
-            firsts = self._firsts
-            for i, ch in enumerate(tail):
-                if ch in firsts and text[first + i:].lower() in prefixes:
+            for match in self._firsts.finditer(tail):  # only where a phrase could start
+                i = match.start()
+                if text[first + i:].lower() in prefixes:
                     return n - first - i
             return 0
         for size in range(n - first, 0, -1):
