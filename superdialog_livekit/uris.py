@@ -66,6 +66,9 @@ def _local_llm(uri: str, name: str, role: str | None = None) -> llm.LLM:
         # One server per role (talker, director): each keeps its own prompt prefix cached.
         server = local_server(name, instance=role if role in ("talker", "director") else "")
     except LocalModelError as exc:
+        if "'local' extra" not in str(exc):  # a missing file or an unknown name: not the extra
+            raise _problem(uri, str(exc), "write local/smollm2-135m or local/<path to a .gguf "
+                           "file>, or use an openai/... or http://...#model URI") from exc
         raise _problem(uri, f"local models need the 'local' extra: {exc}",
                        "pip install 'superdialog-livekit[local]', or use an openai/... or "
                        "http://...#model URI") from exc
