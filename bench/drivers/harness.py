@@ -161,33 +161,53 @@ class PauseMonitor:
         }
 
 
-async def growth(call: Call, turns: int, windows: Sequence[int], half_width: int,
+async def growth(new_call: NewCall, windows: Sequence[int], half_width: int,
                  pause_turns: int) -> dict[str, Any]:
-    """One call driven to ``turns``; per-turn cost around each window turn; then the pauses.
+    """Per-turn cost around turn ``w`` of a call, for each ``w`` in ``windows``, measured together.
 
-    After the timed turns, ``pause_turns`` more turns run under a ``PauseMonitor`` (kept out of
-    the timed part, since its ticker costs CPU): the longest pause at turn ``turns``.
+    One call per window is driven (unmeasured) to turn ``w - half_width``; then the calls take
+    their window turns in interleaved, rotating order, so the machine's fast and slow phases
+    fall on every window alike and the ratio between windows is a same-moment comparison.
+    Afterwards the longest call runs ``pause_turns`` more turns under a ``PauseMonitor`` (kept
+    out of the timed part, since its ticker costs CPU): the longest pause at that length.
     """
-    turns = max(turns, max(windows, default=0) + half_width)  # center the last window too
-    run = await sequential(call, 0, turns)
-    out: dict[str, Any] = {"turns": turns, "events": call.events(), "windows": {}}
+    calls: dict[int, tuple[Call, int]] = {}
+    for i, w in enumerate(windows):
+        call = await new_call(i, 0.0)
+        lo = max(1, w - half_width)
+        await sequential(call, 0, lo)
+        calls[w] = (call, lo)
+    cpu: dict[int, list[float]] = {w: [] for w in windows}
+    wall: dict[int, list[float]] = {w: [] for w in windows}
+    order = list(windows)
+    for k in range(2 * half_width + 1):
+        rotated = order[k % len(order):] + order[: k % len(order)]
+        for w in rotated:
+            call, lo = calls[w]
+            r = await sequential(call, lo + k, 1)
+            cpu[w].append(r["cpu_ms"][0])
+            wall[w].append(r["wall_ms"][0])
+    out: dict[str, Any] = {"windows": {}, "interleaved": True}
+    first, last = windows[0], windows[-1]
     for w in windows:
-        lo, hi = max(1, w - half_width), min(turns, w + half_width)
-        if hi <= lo:
-            continue
-        cpu = run["cpu_ms"][lo - 1 : hi]
-        wall = run["wall_ms"][lo - 1 : hi]
+        call, lo = calls[w]
         out["windows"][str(w)] = {
-            "turns": [lo, hi],
-            "cpu_ms_median": statistics.median(cpu),
-            "wall_ms_median": statistics.median(wall),
-            "cpu_ms_p95": percentile(cpu, 95),
+            "turns": [lo, lo + 2 * half_width],
+            "events_after": call.events(),
+            "cpu_ms_median": statistics.median(cpu[w]),
+            "wall_ms_median": statistics.median(wall[w]),
+            "cpu_ms_p95": percentile(cpu[w], 95),
+            "cpu_ms": cpu[w],
         }
-    out["cpu_ms"] = run["cpu_ms"]
+    # the same interleaving step of the last and the first window: one ratio per step
+    out["step_ratios_last_vs_first"] = [b / a for a, b in zip(cpu[first], cpu[last], strict=True)
+                                          if a > 0]
     if pause_turns:
+        call, lo = calls[last]
+        begin = lo + 2 * half_width + 1
         with PauseMonitor() as mon:
-            await sequential(call, turns, pause_turns)
-        out["pause"] = {"turns": [turns, turns + pause_turns], **mon.result()}
+            await sequential(call, begin, pause_turns)
+        out["pause"] = {"turns": [begin, begin + pause_turns], **mon.result()}
     return out
 
 
@@ -459,9 +479,8 @@ async def _drive(args: Any, new_call: NewCall) -> dict[str, Any]:
                 "total_cpu_ms_per_turn": total / max(1, args.calls * args.turns),
                 "events": events, "calls": args.calls, "turns": args.turns}
     if args.mode == "growth":
-        call = await new_call(0, 0.0)
-        windows = [int(w) for w in args.windows.split(",")]
-        return await growth(call, args.turns, windows, args.half_width, args.pause_turns)
+        windows = sorted(int(w) for w in args.windows.split(","))
+        return await growth(new_call, windows, args.half_width, args.pause_turns)
     # capacity: memory of open calls first, then Poisson load over the same calls
     delay = args.model_ms / 1000
     calls, mem = await memory(new_call, args.calls, args.min_events, args.traced_calls,
@@ -489,7 +508,7 @@ def main(engine: str, load: Callable[[], tuple[float, NewCall]]) -> None:
     parser.add_argument("--calls", type=int, default=1)
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--windows", default="10,100,1000")
-    parser.add_argument("--half-width", type=int, default=5)
+    parser.add_argument("--half-width", type=int, default=10)
     parser.add_argument("--pause-turns", type=int, default=50)
     parser.add_argument("--min-events", type=int, default=30)
     parser.add_argument("--traced-calls", type=int, default=20)
