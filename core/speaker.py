@@ -25,13 +25,31 @@ LADDER_RECOVERY_LINE = "Sorry, this is taking longer than it should. I'll be rig
 
 
 async def finished(task: asyncio.Future[Any], timeout: float | None) -> bool:
-    """Wait for ``task`` up to ``timeout`` without ever cancelling it (it belongs to the runtime)."""
+    """Wait for ``task`` up to ``timeout`` without ever cancelling it (it belongs to the runtime).
+
+    ``asyncio.wait({task}, timeout=timeout)`` for one task, without its set bookkeeping: a
+    waiter future woken by the task's completion or by the timer, whichever comes first.
+    """
     if task.done():
         return True
     if timeout is not None and timeout <= 0:
         return False
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    return task in done
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
+    timer = loop.call_later(timeout, wake) if timeout is not None else None
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        task.remove_done_callback(wake)
+    return task.done()
 
 
 class Speaker:
