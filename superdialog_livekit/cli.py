@@ -173,6 +173,7 @@ async def _chat(args: argparse.Namespace) -> int:
         timeout = LOCAL_DIRECTOR_TIMEOUT if _is_local(talker) or _is_local(director) else 8.0
     if _is_local(talker) or _is_local(director):
         err.print("starting the local model server(s)...", markup=False)
+        _prestart_local({"talker": talker, "director": director})
     try:
         llm = DialogMachineLLM(
             playbook, talker=talker, director=director, python_tools=python_tools,
@@ -231,6 +232,27 @@ async def _settle(llm: Any, timeout: float = 120.0) -> None:
     """Wait (bounded) until the runtime's decision for the last turn has landed."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(llm.runtime.wait_idle(), timeout)
+
+
+def _prestart_local(uris: dict[str, str]) -> None:
+    """Start the local servers of both roles side by side (DialogMachineLLM then reuses them).
+
+    Failures are left for DialogMachineLLM, which reports them as a ConfigError with the fix.
+    """
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .local import local_server
+    except ImportError:
+        return
+    jobs = [(uri.strip()[len("local/"):], role) for role, uri in uris.items() if _is_local(uri)]
+
+    def start(job: tuple[str, str]) -> None:
+        with contextlib.suppress(Exception):
+            local_server(job[0], instance=job[1])
+
+    with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
+        list(pool.map(start, jobs))
 
 
 def _is_local(uri: Any) -> bool:
