@@ -459,10 +459,13 @@ class NeverSayFilter:
         tail = text[first:].lower()
         prefixes = self._prefixes
         if len(tail) == n - first:  # lowering kept the length: positions line up
-            for match in self._firsts.finditer(tail):  # only where a phrase could start
+            search = self._firsts.search  # only where a phrase could start
+            match = search(tail)
+            while match is not None:
                 i = match.start()
                 if text[first + i:].lower() in prefixes:
                     return n - first - i
+                match = search(tail, i + 1)
             return 0
         for size in range(n - first, 0, -1):
             if text[-size:].lower() in prefixes:
