@@ -196,11 +196,10 @@ class Progress:
         self.emit(SlotWrite(key="error_context", value=error_context, status="confirmed", by="tool"))
 
     def _expr_rules(self, cp: Checkpoint, ref: str) -> bool:
-        from .slots import plan_write, requires_status
-
         rules = [rule for rule in cp.advance_when if rule.judge == "expr"]
         if not rules:
             return False
+        from .slots import plan_write, requires_status
         scope = self.state.scope(env=self.env, pipeline=self.pipeline_scope(cp))
         for rule in rules:
             compiled = rule._expr

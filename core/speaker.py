@@ -65,6 +65,12 @@ class Speaker:
         *,
         token_budget: int,
     ) -> None:
+        from . import talker as view  # imported with the first call, not with the package
+
+        # The module, not its functions: a function-level import on every segment costs an
+        # import-system lookup, and reading the names from the module at use still sees them
+        # replaced (tests do).
+        self._view = view
         self.playbook = playbook
         self.state = state
         self.emit = emit
@@ -139,14 +145,13 @@ class Speaker:
 
     async def talker_segment(self, reply: Reply, purpose: str) -> AsyncIterator[str]:
         """One Talker segment from the state as it is now; an error speaks the recovery line."""
-        from .talker import NeverSayFilter, build_talker_request
-
         if reply.stopped:
             return
+        view = self._view
         state = self.state
         ref = state.checkpoint
         errors: list[str] = []
-        request = build_talker_request(
+        request = view.build_talker_request(
             state, self.playbook, purpose=purpose, token_budget=self.token_budget,
             on_error=errors.append,
         )
@@ -164,7 +169,7 @@ class Speaker:
                 async for piece in rec:
                     yield piece
             return
-        stream = TalkerStream(source, NeverSayFilter(phrases) if phrases else None)
+        stream = TalkerStream(source, view.NeverSayFilter(phrases) if phrases else None)
         segment = Segment(kind="talker", spoke_from=spoke_from, purpose=purpose, checkpoint=ref)
         before = len(reply.texts)
         async with aclosing(self.say(reply, segment, stream.pieces())) as pieces:

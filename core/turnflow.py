@@ -52,7 +52,13 @@ class TurnFlow:
     """Decision and reply assembly for one runtime (see the module docstring)."""
 
     def __init__(self, runtime: Runtime) -> None:
+        from . import director, models  # imported with the first call, not with the package
+
         self.rt = runtime
+        # Modules, not functions: no import-system lookup per turn, and names replaced on the
+        # module (tests do) are still the ones called.
+        self._prompting = director
+        self._models = models
 
     # --- the decision (a task the runtime owns) ------------------------------------------
 
@@ -62,14 +68,12 @@ class TurnFlow:
         )
 
     async def _decide(self, text: str, user_version: int) -> None:
-        from .director import apply_verdict
-
         rt = self.rt
         try:
             verdict, latency_ms, attempts = await self._ask(text)
             before = rt.state.checkpoint
             if verdict is not None:
-                apply_verdict(
+                self._prompting.apply_verdict(
                     verdict, state=rt.state, playbook=rt.playbook, value_ctx=rt._value_ctx,
                     user_text=text, user_version=user_version, emit=rt._emit,
                     latency_ms=latency_ms, attempts=attempts,
@@ -87,11 +91,9 @@ class TurnFlow:
 
     async def _ask(self, text: str) -> tuple[dict[str, Any] | None, float, int]:
         """The parsed verdict (None when the Director failed), its latency and attempt count."""
-        from .director import VerdictError, build_director_request, parse_verdict
-        from .models import DirectorRequest
-
+        prompting = self._prompting
         rt = self.rt
-        request = build_director_request(rt.state, rt.playbook, user_text=text)
+        request = prompting.build_director_request(rt.state, rt.playbook, user_text=text)
         started = time.perf_counter()
         deadline = started + rt._director_timeout
         for attempt in (1, 2):
@@ -106,13 +108,13 @@ class TurnFlow:
                 self._degrade("director", f"{type(exc).__name__}: {exc}")
                 return None, 0.0, attempt
             try:
-                verdict = parse_verdict(raw)
-            except VerdictError as exc:
+                verdict = prompting.parse_verdict(raw)
+            except prompting.VerdictError as exc:
                 if attempt == 2:
                     self._degrade("director", f"unparseable verdict after one retry: {exc.detail}")
                     return None, 0.0, attempt
                 answer = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-                request = DirectorRequest(
+                request = self._models.DirectorRequest(
                     messages=[*request.messages,
                               {"role": "assistant", "content": answer[:2000]},
                               {"role": "user", "content": (
