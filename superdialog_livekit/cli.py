@@ -185,7 +185,7 @@ async def _chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     shown = 0
 
-    def show(reply: str) -> None:
+    def show(reply: str, who: str = "agent:") -> None:
         nonlocal shown
         events = list(llm.runtime.log)[shown:]
         shown += len(events)
@@ -193,7 +193,7 @@ async def _chat(args: argparse.Namespace) -> int:
         table.add_column(ratio=3)
         table.add_column(ratio=2, style="dim")
         changes = [line for line in map(_describe, events) if line]
-        table.add_row(f"[bold]agent:[/bold] {reply or '(silence)'}", "\n".join(changes))
+        table.add_row(f"[bold]{who}[/bold] {reply or '(silence)'}", "\n".join(changes))
         out.print(table)
 
     # Text only: no VAD or turn detector, and no "are you still there?" while the user types.
@@ -222,7 +222,7 @@ async def _chat(args: argparse.Namespace) -> int:
             show(_reply_text(result))
         await _settle(llm)
         if len(llm.runtime.log) > shown:
-            show("")
+            show("(after the last reply)", who="later:")
     state = llm.runtime.state
     out.print(f"checkpoint: {state.checkpoint}  ended: {state.ended}  outcome: {state.outcome}")
     return 0
