@@ -266,29 +266,35 @@ class _Packer:
 
     It folds each transcript entry once: the packable ones get a running token total, and
     runs of one role are merged into one message text as they grow. Packing into a budget is
-    then a binary search for the oldest entry that still fits, plus building the kept
-    messages. An edited entry (``state.transcript_edits``: a correction or a supersede,
-    nearly always one of the newest) drops the fold back to that entry and redoes the rest.
+    then a binary search for the oldest entry that still fits. The message dicts of whole runs
+    inside the last window are kept and handed to the next request too (only a run that
+    grew gets a new dict), so consecutive requests share them: the messages are read-only,
+    like the Director's shared schema. An edited entry (``state.transcript_edits``: a
+    correction or a supersede, nearly always one of the newest) drops the fold back to that
+    entry and redoes the rest.
     """
 
-    __slots__ = ("_cum", "_edits", "_gfirst", "_groles", "_gtexts", "_index", "_roles",
-                 "_seen", "_texts")
+    __slots__ = ("_cum", "_edits", "_gd0", "_gdicts", "_gfirst", "_groles", "_gtexts",
+                 "_index", "_seen", "_texts")
 
     def __init__(self) -> None:
         self._seen = 0  # transcript entries folded
         self._edits = 0  # state.transcript_edits folded
         self._index = array("q")  # transcript index of each packable entry
         self._cum = array("q", [0])  # _cum[k]: token cost of packable entries before k
-        self._roles: list[str] = []
         self._texts: list[str] = []
         self._gfirst = array("q")  # first packable entry of each run of one role
         self._groles: list[str] = []
         self._gtexts: list[str] = []  # each run's texts joined by single spaces
+        # The message dicts of runs _gd0, _gd0 + 1, ...: the last window's, up to the newest.
+        self._gd0 = 0
+        self._gdicts: list[dict[str, str]] = []
 
     def _drop_from(self, position: int) -> None:
         """Forget transcript entries from index ``position`` on (they are folded again)."""
         keep = bisect_left(self._index, position)
-        del self._index[keep:], self._cum[keep + 1:], self._roles[keep:], self._texts[keep:]
+        del self._index[keep:], self._cum[keep + 1:], self._texts[keep:]
+        self._gdicts.clear()
         groups = bisect_left(self._gfirst, keep)
         del self._gfirst[groups:], self._groles[groups:], self._gtexts[groups:]
         if groups and self._gfirst[-1] < keep:
@@ -310,10 +316,11 @@ class _Packer:
             role = entry.role
             self._index.append(i)
             self._cum.append(self._cum[-1] + _entry_cost(text))
-            self._roles.append(role)
             self._texts.append(text)
             if self._groles and self._groles[-1] == role:
                 self._gtexts[-1] += " " + text
+                if self._gdicts and self._gd0 + len(self._gdicts) == len(self._groles):
+                    self._gdicts.pop()  # the run grew: its message is made anew
             else:
                 self._gfirst.append(len(self._texts) - 1)
                 self._groles.append(role)
@@ -329,15 +336,25 @@ class _Packer:
         start = min(bisect_left(cum, cum[count] - budget, 0, count), count - 1)
         group = bisect_right(self._gfirst, start) - 1
         groles, gtexts = self._groles, self._gtexts
-        messages: list[dict[str, str]] = []
+        runs = len(groles)
+        partial: dict[str, str] | None = None
         if self._gfirst[group] != start:  # the window begins inside a run: its newer part
-            end = self._gfirst[group + 1] if group + 1 < len(groles) else count
-            messages.append({"role": groles[group],
-                             "content": " ".join(self._texts[start:end])})
+            end = self._gfirst[group + 1] if group + 1 < runs else count
+            partial = {"role": groles[group], "content": " ".join(self._texts[start:end])}
             group += 1
-        messages.extend([{"role": groles[g], "content": gtexts[g]}
-                         for g in range(group, len(groles))])
-        if messages[0]["role"] != "user":
+        dicts, first = self._gdicts, self._gd0
+        if not dicts or group < first:
+            # Nothing kept, or a bigger budget reaches further back: build the window anew.
+            dicts.clear()
+            first = group
+        elif group > first:  # the window moved on: runs before it are not shared any more
+            del dicts[:group - first]
+            first = group
+        dicts.extend([{"role": groles[g], "content": gtexts[g]}
+                      for g in range(first + len(dicts), runs)])
+        self._gd0 = first
+        messages = [partial, *dicts] if partial is not None else dicts.copy()
+        if not messages or messages[0]["role"] != "user":
             messages.insert(0, {"role": "user", "content": PLACEHOLDER})
         return messages
 
@@ -368,7 +385,8 @@ def build_talker_request(
 
     ``views_scope``: the scope for guidance and views (default ``state.scope()``); any env in
     it is dropped. ``on_error(detail)`` is called for a guidance render or view error, so the
-    runtime can log one ``degraded`` event.
+    runtime can log one ``degraded`` event. The transcript's message dicts are shared with the
+    call's later requests (packing stays flat in call length): read them, do not change them.
     """
     if purpose not in PURPOSES:
         raise ValueError(f"unknown Talker purpose {purpose!r}; use one of {', '.join(PURPOSES)}")
