@@ -57,7 +57,7 @@ def render(results: dict[str, Any]) -> str:
                 base += f" ({f['baseline_name']})"
             met = {True: "**met**", False: "**not met**", None: "—"}[f["met"]]
             name = f["name"] + (f"<br>*{f['note']}*" if f.get("note") else "")
-            noise_unit = "x" if f["name"].startswith(("CPU per", "wall per")) and f["baseline"] else f["unit"]
+            noise_unit = f.get("noise_unit") or f["unit"]
             lines.append(
                 f"| {b['title'] if i == 0 else ''} | {name} | {_num(f['value'], f['unit'])} | "
                 f"{base} | {_num(f['ratio'], 'x') if f['ratio'] is not None else '—'} | "

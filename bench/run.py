@@ -119,13 +119,18 @@ def spread(values: list[float]) -> dict[str, float] | None:
 def figure(name: str, value: float | None, unit: str, *, baseline: float | None = None,
            baseline_name: str | None = None, ratio: float | None = None,
            target: str | None = None, met: bool | None = None, note: str | None = None,
-           noise: dict[str, float] | None = None) -> dict[str, Any]:
-    """One reported number. ``ratio`` defaults to value / baseline when both are known."""
+           noise: dict[str, float] | None = None, noise_unit: str | None = None) -> dict[str, Any]:
+    """One reported number. ``ratio`` defaults to value / baseline when both are known.
+
+    ``noise`` is min / median / max of what varied inside this run (per-round ratios, per-turn
+    values, paired differences), in ``noise_unit`` (default: the figure's unit).
+    """
     if ratio is None and value is not None and baseline:
         ratio = value / baseline
     return {"name": name, "value": value, "unit": unit, "baseline": baseline,
             "baseline_name": baseline_name, "ratio": ratio, "target": target, "met": met,
-            "note": note, "noise": noise}
+            "note": note, "noise": noise,
+            "noise_unit": (noise_unit or unit) if noise is not None else None}
 
 
 # --- benchmarks -------------------------------------------------------------------------
@@ -192,7 +197,8 @@ class Bench:
                     met=(ratio <= 0.1) if (targeted and ratio is not None) else None,
                     note=None if sd_runs else sd_error or f"superdialog not run: {self.sd_reason}",
                     noise=spread(per_round) if per_round else spread(
-                        [pct(o[key], q) for o in ours_runs])))
+                        [pct(o[key], q) for o in ours_runs]),
+                    noise_unit="x" if per_round else "ms"))
         return {"figures": figs, "error": sd_error,
                 "raw": {"ours": _strip(ours_runs), "superdialog": _strip(sd_runs),
                         "rounds": rounds, "turns_per_call": int(turns), "calls": int(calls),
@@ -225,7 +231,8 @@ class Bench:
                 met=(v / base <= 1.2) if is_last else None,
                 note=(f"turns {w[turn]['turns'][0]}-{w[turn]['turns'][1]}, "
                       f"{w[turn]['events_after']} events at the end"),
-                noise=spread(ours["step_ratios_last_vs_first"]) if is_last else None))
+                noise=spread(ours["step_ratios_last_vs_first"]) if is_last else None,
+                noise_unit="x"))
         if sd:
             sbase = sd["windows"]["10"]["cpu_ms_median"]
             for turn in ("10", "100", "1000"):
@@ -253,7 +260,7 @@ class Bench:
     # (c) time to first token -------------------------------------------------------------
 
     def ttft(self) -> dict[str, Any]:
-        rounds, warm = ("4", "1") if self.quick else ("30", "3")
+        rounds, warm = ("4", "1") if self.quick else ("40", "3")
         res = run_json([self.py, str(DRIVERS / "ttft_driver.py"), "--rounds", rounds,
                         "--warm", warm], timeout=self.timeout)
         log("ttft done")
@@ -271,7 +278,11 @@ class Bench:
                     baseline_name="plain LiveKit Agent, same talker",
                     target=f"≤ +{limit:g} ms", met=over <= limit,
                     note=f"+{over:.2f} ms over plain (paired per-turn diff {q}: "
-                         f"{c[name]['paired_diff_' + q]:+.2f} ms)",
+                         f"{c[name]['paired_diff_' + q]:+.2f} ms)" + (
+                        "; p50 from llm_node to the Talker's chat(): "
+                        f"{c[name]['split_p50_ms']['to_talker_call']:.2f} ms "
+                        f"(plain {plain['split_p50_ms']['to_talker_call']:.2f} ms)"
+                        if q == "p50" and "split_p50_ms" in c[name] else ""),
                     noise=spread(c[name]["ttft_ms"]) if q == "p50" else None))
         hard = c["ours_hard_gate"]
         floor = res["director_ms_hard_gate"] + res["first_token_ms"]

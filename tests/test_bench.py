@@ -60,6 +60,7 @@ def test_quick_bench_writes_wellformed_results(tmp_path: Path) -> None:
             if fig["noise"] is not None:
                 n = fig["noise"]
                 assert n["min"] <= n["median"] <= n["max"], where
+                assert fig["noise_unit"], where
 
     # the figures that need no superdialog are all judged, with a same-run baseline
     judged = {f["name"]: f for b in benchmarks.values() for f in b["figures"]}

@@ -59,6 +59,7 @@ def build(first_token_s: float, token_s: float) -> tuple[type, type]:
         def __init__(self) -> None:
             super().__init__()
             self.turn = 0
+            self.chat_at: float | None = None  # first chat() of the current turn
 
         @property
         def model(self) -> str:
@@ -71,6 +72,8 @@ def build(first_token_s: float, token_s: float) -> tuple[type, type]:
         def chat(self, *, chat_ctx: Any, tools: Any = None,
                  conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
                  **kwargs: Any) -> Any:
+            if self.chat_at is None:
+                self.chat_at = time.perf_counter()
             return SlowStream(self, chat_ctx=chat_ctx, tools=tools or [],
                               conn_options=conn_options)
 
@@ -90,9 +93,12 @@ def build(first_token_s: float, token_s: float) -> tuple[type, type]:
         """Records when the first text chunk of a reply leaves ``llm_node``."""
 
         first_at: float | None = None
+        node_at: float | None = None
 
         async def llm_node(self, chat_ctx: Any, tools: Any,
                            model_settings: Any) -> AsyncIterable[Any]:
+            if self.node_at is None:
+                self.node_at = time.perf_counter()
             async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
                 if self.first_at is None:
                     text = chunk if isinstance(chunk, str) else (
@@ -117,7 +123,7 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
     def add(name: str, talker: Any, session_llm: Any, director: BenchDirector | None) -> None:
         conditions[name] = {"talker": talker, "llm": session_llm, "director": director,
                             "agent": TimedAgent(instructions="You are Maya, the host."),
-                            "ttft_ms": [], "errors": 0}
+                            "ttft_ms": [], "errors": 0, "split": []}
 
     plain = SlowTalkerLLM()
     add("plain", plain, plain, None)
@@ -141,10 +147,11 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
 
     async def one(c: dict[str, Any], n: int) -> float | None:
         c["talker"].turn = n
+        c["talker"].chat_at = None
         if c["director"] is not None:
             c["director"].turn = n
         agent = c["agent"]
-        agent.first_at = None
+        agent.first_at = agent.node_at = None
         t0 = time.perf_counter()
         try:
             await c["session"].run(user_input=user_line(n))
@@ -156,6 +163,12 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
             c["errors"] += 1
             c.setdefault("error", f"turn {n}: no text reached llm_node")
             return None
+        talker_at = c["talker"].chat_at or agent.first_at
+        c["split"].append((
+            ((agent.node_at or t0) - t0) * 1000,  # LiveKit: run() to the agent's llm_node
+            (talker_at - (agent.node_at or t0)) * 1000,  # the LLM plugin before the Talker call
+            (agent.first_at - talker_at - first_token_s) * 1000,  # Talker call to first chunk
+        ))
         return (agent.first_at - t0) * 1000
 
     names = list(conditions)
@@ -166,6 +179,8 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
                 ms = await one(conditions[name], n)
                 if ms is not None and n >= warm:
                     conditions[name]["ttft_ms"].append(ms)
+                elif ms is not None:
+                    conditions[name]["split"].pop()
     finally:
         for session in sessions:
             await session.aclose()
@@ -180,6 +195,12 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
         out["conditions"][name] = {
             "ttft_ms": v, "p50": percentile(v, 50), "p95": percentile(v, 95),
             "errors": c["errors"], **({"error": c["error"]} if "error" in c else {}),
+            # where the time goes, p50 of each part (ms): run() -> llm_node, llm_node -> the
+            # Talker's chat() call, chat() -> first chunk at llm_node minus the model's delay
+            "split_p50_ms": {
+                part: percentile([row[i] for row in c["split"]], 50)
+                for i, part in enumerate(("to_llm_node", "to_talker_call", "talker_to_node_extra"))
+            },
         }
         if c["director"] is not None:
             state = c["llm"].runtime.state
