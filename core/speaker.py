@@ -172,9 +172,21 @@ class Speaker:
         stream = TalkerStream(source, view.NeverSayFilter(phrases) if phrases else None)
         segment = Segment(kind="talker", spoke_from=spoke_from, purpose=purpose, checkpoint=ref)
         before = len(reply.texts)
-        async with aclosing(self.say(reply, segment, stream.pieces())) as pieces:
-            async for piece in pieces:
+        # ``say`` written out here: one generator frame less for every streamed piece.
+        if reply.stopped:
+            return
+        reply.begin(segment)
+        async with aclosing(stream.pieces()) as source:
+            async for piece in source:
+                if reply.stopped:
+                    return  # superseded by a newer turn: it already logged what we said
+                if not piece:
+                    continue
+                if reply.separator_due():
+                    yield " "
+                reply.add(piece)
                 yield piece
+        reply.finish()
         if reply.stopped:
             return  # stopped mid-segment: nothing more to judge or say
         spoke_nothing = len(reply.texts) == before
