@@ -14,8 +14,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import jsonschema
 import pytest
@@ -38,6 +40,8 @@ MODEL = "local/smollm2-135m"
 TURNS = ["hi", "I would like a check-up", "My name is Anna Schmidt, Tuesday at ten works."]
 # Director degradations about what a verdict *means* (a 135M model's values are often wrong);
 # anything else (unparseable, bad field, unknown slot or target, timeout, error) fails the test.
+# A fixed date anchor: the prompts read the same on every run (the Director decodes greedily).
+NOW = datetime(2026, 12, 1, 9, 30, tzinfo=ZoneInfo("Europe/Berlin"))
 SEMANTIC = ("anchor_miss:", "confirm_refused:", "meta_instruction:", "interrupt_to_current:")
 
 
@@ -75,7 +79,7 @@ class _Recorder:
 async def test_three_turns_with_the_real_local_model(local_servers: Any) -> None:
     dialog = DialogMachineLLM(PLAYBOOK, talker=MODEL,
                               python_tools=_python_tools(), call={"channel": "web"},
-                              director_timeout=90.0)
+                              director_timeout=90.0, now=NOW)
     # The local URI marks the model for JSON verdicts and short replies.
     assert isinstance(dialog._talker, LiveKitTalker)
     assert isinstance(dialog._director, LiveKitDirector)
