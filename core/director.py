@@ -386,8 +386,19 @@ def _transcript_message(state: Any, user_text: str, end: int | None) -> str:
             break
     entries.reverse()
     # One entry per line, JSON-quoted: a caller cannot fake a "system:" line with a newline.
-    lines = [f"{'caller' if e.role == 'user' else 'assistant'}: {_json(heard(e), 2000)}"
-             for e in entries]
+    # (``heard`` and ``_json`` written out for the usual str: this runs for 12 entries a turn.)
+    lines = []
+    for e in entries:
+        text = getattr(e, "heard_text", None)
+        if text is None:
+            text = e.text
+        if type(text) is str:
+            quoted = encode_basestring(text)
+            if len(quoted) > 2000:
+                quoted = quoted[:1999] + "…"
+        else:
+            quoted = _json(text, 2000)
+        lines.append(("caller: " if e.role == "user" else "assistant: ") + quoted)
     if end is None and user_text:
         lines.append(f"caller: {_json(user_text, 2000)}")  # not logged (yet): it comes last
     return TRANSCRIPT_HEADER + "\n" + ("\n".join(lines) or "(empty)")
