@@ -294,7 +294,9 @@ class Runtime:
                         yield piece
                 completed = True
                 return
-            task = self._flow.start_decision(text, user.version)
+            task = asyncio.get_running_loop().create_task(
+                self._decide_after_talker(text, user.version),
+                name=f"director:{self.session_id}:{user.version}")
             self._live = (reply, task)
             async with aclosing(self._flow.reply(reply, task)) as pieces:
                 async for piece in pieces:
@@ -302,6 +304,13 @@ class Runtime:
             completed = True
         finally:
             self._close(reply, completed, task)
+
+    async def _decide_after_talker(self, text: str, user_version: int) -> None:
+        """The turn's decision, one loop step late: the reply issues its Talker request in the
+        step that created this task, so yielding once lets that request go out before the
+        Director's prompt is built (SPEC §14: time to first token)."""
+        await asyncio.sleep(0)
+        await self._flow._decide(text, user_version)
 
     async def external(self, kind: str, name: str, payload: Mapping[str, Any] | None = None) -> Turn:
         """An outside event: ``silence`` (policies.silence) or a handler's ``<kind>.<name>``."""

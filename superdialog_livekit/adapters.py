@@ -105,15 +105,45 @@ current_usage: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVa
 )
 
 
-def chat_context(messages: Sequence[dict[str, Any]]) -> llm.ChatContext:
-    """A LiveKit ChatContext from engine messages (``{"role", "content"}``)."""
+_ROLES = ("system", "developer", "user", "assistant")
+# (role, text) -> the ChatMessages of one request with that role and text, in order.
+MessageCache = dict[tuple[str, str], list[llm.ChatMessage]]
+
+
+def chat_context(messages: Sequence[dict[str, Any]],
+                 cache: MessageCache | None = None) -> llm.ChatContext:
+    """A LiveKit ChatContext from engine messages (``{"role", "content"}``).
+
+    Building a ``ChatMessage`` (a pydantic model) costs ~13 us, and a Talker request repeats the
+    previous one's transcript: with ``cache`` (the previous request's messages by role and
+    text, updated in place to hold exactly this request's) only new messages are built. LiveKit
+    shares message objects between contexts itself (``ChatContext.copy`` is shallow); within one
+    context every item is distinct (providers group items by id): the n-th "yes" of a request
+    reuses the previous request's n-th "yes".
+    """
     ctx = llm.ChatContext.empty()
+    items = ctx.items
+    fresh: MessageCache = {}
     for i, message in enumerate(messages):
         role = message.get("role")
-        if role not in ("system", "developer", "user", "assistant"):
+        if role not in _ROLES:
             raise ValueError(f"messages[{i}].role is {role!r}; expected system, developer, user or assistant")
         content = message.get("content")
-        ctx.add_message(role=role, content=content if isinstance(content, str) else str(content or ""))
+        text = content if isinstance(content, str) else str(content or "")
+        key = (role, text)
+        same = fresh.get(key)
+        if same is None:
+            same = fresh[key] = []
+        known = cache.get(key) if cache is not None else None
+        if known is not None and len(known) > len(same):
+            item = known[len(same)]
+        else:
+            item = llm.ChatMessage(role=role, content=[text])
+        same.append(item)
+        items.append(item)
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return ctx
 
 
@@ -123,13 +153,14 @@ class LiveKitTalker:
     def __init__(self, model: llm.LLM, *, conn_options: APIConnectOptions = TALKER_CONN_OPTIONS) -> None:
         self.llm = model
         self.conn_options = conn_options
+        self._messages: MessageCache = {}  # the last request's, reused by the next (see chat_context)
 
     async def speak(self, request: Any) -> AsyncIterator[str]:
         hints = model_hints(self.llm)
         extra: dict[str, Any] = {}
         if hints is not None and hints.talker_max_tokens:
             extra["max_tokens"] = hints.talker_max_tokens
-        stream = self.llm.chat(chat_ctx=chat_context(request.messages),
+        stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
                                conn_options=_with_timeout(self.conn_options, hints),
                                **({"extra_kwargs": extra} if extra else {}))
         tally = current_usage.get()
@@ -167,6 +198,7 @@ class LiveKitDirector:
         self.conn_options = conn_options
         self.on_call = on_call  # callable(DirectorCall) for metrics, or None
         self.calls: list[DirectorCall] = []
+        self._messages: MessageCache = {}  # the last request's, reused by the next (see chat_context)
 
     async def decide(self, request: Any) -> dict[str, Any] | str:
         tool_name = getattr(request, "tool_name", "record_verdict") or "record_verdict"
@@ -182,7 +214,7 @@ class LiveKitDirector:
         calls: list[llm.FunctionToolCall] = []
         usage: llm.CompletionUsage | None = None
         stream = self.llm.chat(
-            chat_ctx=chat_context(request.messages),
+            chat_ctx=chat_context(request.messages, self._messages),
             tools=[tool],
             tool_choice={"type": "function", "function": {"name": tool_name}},
             conn_options=self.conn_options,
@@ -231,7 +263,7 @@ class LiveKitDirector:
         started = time.perf_counter()
         text: list[str] = []
         usage: llm.CompletionUsage | None = None
-        stream = self.llm.chat(chat_ctx=chat_context(request.messages),
+        stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
                                conn_options=_with_timeout(self.conn_options, hints),
                                extra_kwargs=extra)
         async with stream:

@@ -137,6 +137,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._check_start_values()
         self.speech = SpeechSync(lambda: self.runtime, on_settled=self._publish)
         self.replies = ReplyPlanner(lambda: self.runtime, self.speech, store)
+        self._interruptible: dict[str, bool] = {}  # checkpoint ref -> its interruptible flag
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
         self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
@@ -345,11 +346,19 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             callback(handle)
 
     def guard_interruptible(self, handle: Any) -> None:
-        """Disallow interruptions on the speech once it speaks an ``interruptible: false`` line."""
-        if handle is None or not handle.allow_interruptions or handle.interrupted:
+        """Disallow interruptions on the speech once it speaks an ``interruptible: false`` line.
+
+        Runs for every streamed piece, so the checkpoint's flag is looked up once per checkpoint.
+        """
+        if handle is None:
             return
-        ref = self.runtime.state.checkpoint
-        if ref and not self._playbook.checkpoint(ref).interruptible:
+        ref = self._runtime.state.checkpoint if self._runtime is not None else None
+        if not ref:
+            return
+        interruptible = self._interruptible.get(ref)
+        if interruptible is None:
+            interruptible = self._interruptible[ref] = bool(self._playbook.checkpoint(ref).interruptible)
+        if not interruptible and handle.allow_interruptions and not handle.interrupted:
             handle.allow_interruptions = False
 
 
@@ -380,10 +389,12 @@ class DialogStream(llm.LLMStream):
                 async for piece in source:
                     if not piece:
                         continue
-                    owner.guard_interruptible(handle)
-                    delivery.add(piece)
                     self._event_ch.send_nowait(llm.ChatChunk(
                         id=request_id, delta=llm.ChoiceDelta(role="assistant", content=piece)))
+                    # After the send (LiveKit reads the chunk only once we yield to the loop),
+                    # so the first token is not held back by bookkeeping.
+                    delivery.add(piece)
+                    owner.guard_interruptible(handle)
         except asyncio.CancelledError:
             # Barge-in, a dropped generation or session close: stop the Talker now (aclose
             # below); the runtime keeps the Director running and logs only what was yielded.

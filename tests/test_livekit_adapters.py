@@ -139,3 +139,20 @@ def test_adapters_satisfy_the_engine_protocols() -> None:
     model = openai.LLM(model="m", base_url="http://127.0.0.1:1/v1", api_key="k")
     assert isinstance(LiveKitDirector(model), DirectorModel)
     assert isinstance(LiveKitTalker(model), TalkerModel)
+
+
+def test_chat_context_reuses_the_previous_requests_messages_and_keeps_ids_unique() -> None:
+    cache: dict = {}
+    first = [{"role": "system", "content": "persona v1"}, {"role": "user", "content": "yes"},
+             {"role": "assistant", "content": "For two?"}]
+    a = chat_context(first, cache)
+    second = [{"role": "system", "content": "persona v2"}, *first[1:],
+              {"role": "user", "content": "yes"}]
+    b = chat_context(second, cache)
+    assert [m.text_content for m in b.items] == ["persona v2", "yes", "For two?", "yes"]
+    assert b.items[1] is a.items[1] and b.items[2] is a.items[2]  # not built again
+    assert b.items[0] is not a.items[0]
+    assert len({m.id for m in b.items}) == 4  # the repeated "yes" is its own item
+    assert len(cache) == 3 and ("system", "persona v1") not in cache  # only this request's
+    assert [m.id for m in chat_context(second, cache).items] == [m.id for m in b.items]
+    assert chat_context(second).items[1] is not b.items[1]  # without a cache: all new

@@ -519,3 +519,41 @@ async def test_the_call_timer_is_cancelled_when_the_call_ends_first(playbook: Pl
     rt = dialog.runtime
     assert rt.state.outcome == "booked"
     assert not [e for e in rt.log if isinstance(e, External)]
+
+
+async def test_the_talker_request_goes_out_before_the_directors_prompt_is_built(
+    playbook: Playbook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC §14: at a soft gate nothing non-essential sits before the Talker's request."""
+    import superdialog_core.director as director_module
+
+    order: list[str] = []
+    build = director_module.build_director_request
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        order.append("director prompt")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(director_module, "build_director_request", spy)
+
+    class Talker(TalkerLLM):
+        def chat(self, **kwargs: Any) -> Any:
+            stream = super().chat(**kwargs)
+            run = stream._run
+
+            async def sending() -> None:  # where a real plugin sends its HTTP request
+                order.append("talker request")
+                await run()
+
+            stream._run = sending  # type: ignore[method-assign]
+            return stream
+
+    dialog = DialogMachineLLM(playbook, talker=Talker(["Sure, how many?"]),
+                              director=DirectorLLM([{}]))
+    async with _session(dialog) as session:
+        await session.start(DialogAgent(dialog, on_end="none"))
+        await _until(lambda: any(r == "assistant" for r, _ in _messages(session)))
+        order.clear()
+        await session.run(user_input="hello there")
+        await dialog.runtime.wait_idle()
+    assert order[:2] == ["talker request", "director prompt"]
