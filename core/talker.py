@@ -261,6 +261,20 @@ def _pack(transcript: list[Any], budget: int) -> list[dict[str, str]]:
     return _messages(kept)
 
 
+class _Message:
+    """A message as an instance ``__dict__``: CPython keeps those with keys shared between
+    instances (~110 bytes instead of ~190 for a literal), and it is an ordinary ``dict``."""
+
+    def __init__(self, role: str, content: str) -> None:
+        self.role = role
+        self.content = content
+
+
+def _shared_message(role: str, content: str) -> dict[str, str]:
+    """``{"role": role, "content": content}`` for the packer's kept window (smaller)."""
+    return vars(_Message(role, content))
+
+
 class _Packer:
     """``_pack`` kept incrementally for one conversation (SPEC §14: flat in call length).
 
@@ -350,7 +364,7 @@ class _Packer:
         elif group > first:  # the window moved on: runs before it are not shared any more
             del dicts[:group - first]
             first = group
-        dicts.extend([{"role": groles[g], "content": gtexts[g]}
+        dicts.extend([_shared_message(groles[g], gtexts[g])
                       for g in range(first + len(dicts), runs)])
         self._gd0 = first
         messages = [partial, *dicts] if partial is not None else dicts.copy()
