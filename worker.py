@@ -17,7 +17,9 @@ caller hears ``policies.start_failure_line`` and the call is hung up.
 
 The call's session id (its log's name) is stable per call: the dispatch's ``call.session_id``
 when given, else the room name. A job re-dispatched to another worker (the first one died)
-finds the log in the store and resumes it without replaying the opening (SPEC §11).
+finds the log in the store and resumes it without replaying the opening (SPEC §11). A room
+name reused after its call ended gets a new log (``<room>.<job id>``); ``console`` runs (fake
+jobs) always start a fresh one.
 
 ``policies.log_retention_days``: each job process, as it starts (prewarm), deletes the logs in
 ``$SUPERDIALOG_LOG_DIR`` untouched for longer than that, in a background thread (never on the
@@ -104,24 +106,52 @@ def prewarm(proc: JobProcess) -> None:
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:@+=-]")
 
 
+def safe_session_id(name: str) -> str:
+    """``name`` if it can name a log file, else a safe form: unsafe characters replaced and a
+    short hash of the name appended, so two names never share a log."""
+    safe = _UNSAFE_ID.sub("_", name)
+    if name and safe == name and len(name) <= 200 and name[0] not in ".:@+=-":
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"id_{safe[:180]}-{digest}"
+
+
 def call_session_id(ctx: Any, call: Mapping[str, Any] | None = None) -> str | None:
     """The call's session id, stable across workers: the dispatch's, else the room name.
 
-    A room name that cannot name a log file is made safe (unsafe characters replaced, a short
-    hash of the name appended so two names never share a log). ``None`` without a room name.
+    A fake job (``console``, tests) has no failover and reuses one room name for every run, so
+    it gets a fresh id (``None``) unless the dispatch names one. ``None`` without a room name.
     """
     given = (call or {}).get("session_id")
     if given:
-        return str(given)
+        return safe_session_id(str(given))
+    is_fake = getattr(ctx, "is_fake_job", None)
+    if callable(is_fake) and is_fake():
+        return None
     job_room = getattr(getattr(ctx, "job", None), "room", None)
     name = getattr(job_room, "name", "") or getattr(getattr(ctx, "room", None), "name", "") or ""
-    if not name:
-        return None
-    safe = _UNSAFE_ID.sub("_", name)
-    if safe == name and len(name) <= 200 and name[0] not in ".:@+=-":
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
-    return f"room_{safe[:180]}-{digest}"
+    return safe_session_id(name) if name else None
+
+
+async def room_session_id(ctx: Any, store: Any) -> str | None:
+    """The room's session id for a new job, unless its stored log has already ended.
+
+    An ended log means the room name was reused for a new call (a failover never needs to
+    resume a finished call): that call gets its own id, the room name plus the job id.
+    """
+    from superdialog_core.events import SessionEnd
+
+    session_id = call_session_id(ctx)
+    if session_id is None or store is None:
+        return session_id
+    try:
+        log = await store.load(session_id)
+    except Exception:
+        return session_id  # the call's own start reports it (and repairs nothing silently)
+    if log is not None and any(isinstance(event, SessionEnd) for event in log):
+        job_id = str(getattr(getattr(ctx, "job", None), "id", "") or "job")
+        return safe_session_id(f"{session_id}.{job_id}")
+    return session_id
 
 
 def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
@@ -150,15 +180,20 @@ def build_session(dialog: DialogMachineLLM, *, vad: Any) -> AgentSession:
 
 
 def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
-                       env: Mapping[str, str] = os.environ) -> DialogMachineLLM:
+                 env: Mapping[str, str] = os.environ, *, session_id: str | None = None,
+                 store: Any = None) -> DialogMachineLLM:
     """Read call values and call-start values and build the call's runtime.
 
-    Raises ``CallStartError`` or ``ConfigError`` (every problem listed) before anything is said.
+    The session id is the dispatch's ``call.session_id``, else ``session_id`` (the entrypoint
+    passes ``room_session_id``), else ``call_session_id``. Raises ``CallStartError`` or
+    ``ConfigError`` (every problem listed) before anything is said.
     """
     call = call_values_from_job(ctx, participant)
     call_start = call_start_from_job(ctx, playbook)
-    dialog = build_dialog(playbook, call_start=call_start, call=call, env=env,
-                          session_id=call_session_id(ctx, call))
+    given = call.get("session_id")
+    dialog = build_dialog(playbook, call_start=call_start, call=call, env=env, store=store,
+                          session_id=safe_session_id(str(given)) if given
+                          else session_id or call_session_id(ctx, call))
     _ = dialog.runtime  # builds the runtime now: unset ${VARS} or bad values fail here
     return dialog
 
@@ -192,8 +227,10 @@ async def entrypoint(ctx: JobContext) -> None:
     vad = ctx.proc.userdata.get("vad")
     await ctx.connect()
     participant = await ctx.wait_for_participant()
+    store = log_store()
+    session_id = await room_session_id(ctx, store)
     try:
-        dialog = prepare_call(ctx, playbook, participant)
+        dialog = prepare_call(ctx, playbook, participant, session_id=session_id, store=store)
     except (CallStartError, ConfigError) as exc:
         logger.error("call refused before the greeting:\n%s", exc)
         await refuse_call(ctx, playbook, vad=vad, phone=is_sip_participant(participant))

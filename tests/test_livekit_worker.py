@@ -117,9 +117,14 @@ async def test_a_refused_phone_call_hears_the_start_failure_line_then_hangs_up(
     assert deleted == [True]
 
 
-async def test_a_restarted_worker_resumes_the_same_calls_log(env: dict[str, str]) -> None:
+async def test_a_restarted_worker_resumes_the_same_calls_log(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Worker failover (SPEC §11): the session id is the room name, so a job re-dispatched for
     the same room finds the log in the JsonlStore and resumes it without the opening."""
+    from livekit.agents import JobContext
+
+    monkeypatch.setattr(JobContext, "is_fake_job", lambda self: False)  # a dispatched job
     playbook = worker.load_playbook(env)
     meta = json.dumps({"call_start": {"clinic_id": "berlin-1"}})
     with fake_job_context(job_metadata=meta) as ctx:
@@ -140,15 +145,39 @@ async def test_a_restarted_worker_resumes_the_same_calls_log(env: dict[str, str]
     dispatched = json.dumps({"call_start": {"clinic_id": "berlin-1"},
                              "call": {"session_id": "crm-4711"}})
     with fake_job_context(job_metadata=dispatched) as ctx:
-        third = worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
+        third = worker.prepare_call(ctx, playbook, _sip_caller(), env=env, session_id=room)
     assert third.session_id == "crm-4711"  # the dispatch's id wins
+
+
+async def test_a_room_name_reused_after_its_call_ended_gets_a_new_log(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from livekit.agents import JobContext
+    from superdialog_core.events import SessionEnd
+
+    store = JsonlStore(env["SUPERDIALOG_LOG_DIR"])
+    meta = json.dumps({"call_start": {"clinic_id": "berlin-1"}})
+    with fake_job_context(job_id="job-1", job_metadata=meta) as ctx:
+        assert await worker.room_session_id(ctx, store) is None  # console/tests: a fresh id
+        monkeypatch.setattr(JobContext, "is_fake_job", lambda self: False)
+        room = ctx.job.room.name
+        assert await worker.room_session_id(ctx, store) == room  # nothing stored yet
+        dialog = worker.prepare_call(ctx, worker.load_playbook(env), _sip_caller(), env=env,
+                                     session_id=room, store=store)
+        await dialog.runtime.start(speak=False)
+        await dialog.runtime.wait_idle()
+        assert await worker.room_session_id(ctx, store) == room  # a live call: failover resumes
+        await store.append(room, [SessionEnd(outcome="booked", reason="done",
+                                             version=dialog.runtime.log.version + 1)])
+        assert await worker.room_session_id(ctx, store) == f"{room}.job-1"
 
 
 def test_a_room_name_that_cannot_name_a_file_is_made_safe() -> None:
     from superdialog_core.stores import validate_session_id
 
     def ctx(name: str) -> SimpleNamespace:
-        return SimpleNamespace(job=SimpleNamespace(room=SimpleNamespace(name=name)))
+        return SimpleNamespace(job=SimpleNamespace(room=SimpleNamespace(name=name)),
+                               is_fake_job=lambda: False)
 
     assert worker.call_session_id(ctx("call-_+4915_abc")) == "call-_+4915_abc"
     odd = [worker.call_session_id(ctx(n)) for n in ("a/b", "a b", "../x", "a" * 300)]
@@ -156,6 +185,7 @@ def test_a_room_name_that_cannot_name_a_file_is_made_safe() -> None:
         assert sid is not None and validate_session_id(sid) == sid
     assert len(set(odd)) == 4 and worker.call_session_id(ctx("a_b")) != odd[0]
     assert worker.call_session_id(ctx("")) is None
+    assert worker.call_session_id(ctx("r"), {"session_id": "crm/1"}) == worker.safe_session_id("crm/1")
 
 
 def test_prewarm_applies_log_retention_days_to_the_jsonl_store(
