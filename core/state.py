@@ -1,8 +1,9 @@
 """ConversationState: the incremental fold of the event log (SPEC §5).
 
 State is derived from the log and never written beside it: ``apply(event)`` is the only
-mutator, and it costs O(1) per event (the transcript index, the note queue and the counters
-are all kept incrementally), so turn 1,000 costs what turn 10 costs. ``fold(log, playbook)``
+mutator, and it costs O(1) per event (the note queue and the counters are kept
+incrementally; a correction finds its utterance by a binary search over the version-sorted
+transcript), so turn 1,000 costs what turn 10 costs. ``fold(log, playbook)``
 is the same loop from scratch; a property test proves the two agree.
 
 The fold applies what the log says without judging it: the confirmation rules live in
@@ -11,10 +12,12 @@ The fold applies what the log says without judging it: the confirmation rules li
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -72,6 +75,8 @@ class TranscriptEntry:
         return not self.interrupted and self.heard_text == self.text
 
 
+_VERSION = attrgetter("version")
+
 # Fields compared by ``snapshot()`` (and by the fold-equivalence property test).
 STATE_FIELDS: tuple[str, ...] = (
     "version", "session_id", "playbook_hash", "checkpoint", "checkpoint_entered_version",
@@ -122,8 +127,8 @@ class ConversationState:
         self.degraded_count = 0
         # call.first_user_message (SPEC §4.5): the caller's first words, once they are said.
         self.first_user_message: str | None = None
-        # version -> index in transcript, so corrections and lookups are O(1).
-        self._entry_index: dict[int, int] = {}
+        # Utterances are looked up by version with a binary search over the transcript (it is
+        # version-sorted): O(log n) and no index to keep (~70 bytes an utterance, SPEC §14).
         # Index of each transcript entry changed after it was appended (a correction or a
         # supersede), in order: readers that keep a view of the transcript incrementally
         # (the Talker's packing) redo it only from the lowest index they have not seen.
@@ -180,7 +185,6 @@ class ConversationState:
             purpose=event.purpose,
             message_id=event.message_id,
         )
-        self._entry_index[event.version] = len(self.transcript)
         self.transcript.append(entry)
         if event.role == "user":
             self.user_turns_in_checkpoint += 1
@@ -201,14 +205,14 @@ class ConversationState:
             full = event.heard_text.strip() == entry.text.strip()
             entry.heard_text = entry.text if full else event.heard_text
             entry.interrupted = not full
-            self.transcript_edits.append(self._entry_index[event.utterance_version])
+            self.transcript_edits.append(self._index_of(event.utterance_version))
 
     def _utterance_superseded(self, event: ev.UtteranceSuperseded) -> None:
         entry = self.entry(event.utterance_version)
         if entry is None or entry.superseded:
             return
         entry.superseded = True
-        self.transcript_edits.append(self._entry_index[event.utterance_version])
+        self.transcript_edits.append(self._index_of(event.utterance_version))
         # A replaced utterance was never a turn of the caller's.
         if entry.role == "user" and entry.version > self.checkpoint_entered_version:
             self.user_turns_in_checkpoint = max(0, self.user_turns_in_checkpoint - 1)
@@ -298,8 +302,15 @@ class ConversationState:
 
     def entry(self, version: int) -> TranscriptEntry | None:
         """The transcript entry of the utterance logged at ``version``, if any."""
-        index = self._entry_index.get(version)
-        return None if index is None else self.transcript[index]
+        transcript = self.transcript
+        index = bisect_left(transcript, version, key=_VERSION)
+        if index < len(transcript) and transcript[index].version == version:
+            return transcript[index]
+        return None
+
+    def _index_of(self, version: int) -> int:
+        """Index of the first transcript entry at or after ``version``."""
+        return bisect_left(self.transcript, version, key=_VERSION)
 
     def last_user(self) -> TranscriptEntry | None:
         """The caller's latest utterance that was not superseded."""
@@ -341,11 +352,7 @@ class ConversationState:
         return None
 
     def _before(self, version: int | None) -> Iterable[TranscriptEntry]:
-        if version is None:
-            end = len(self.transcript)
-        else:
-            index = self._entry_index.get(version)
-            end = index if index is not None else _bisect_versions(self.transcript, version)
+        end = len(self.transcript) if version is None else self._index_of(version)
         for i in range(end - 1, -1, -1):
             yield self.transcript[i]
 
@@ -454,18 +461,6 @@ def _entry_tuple(entry: TranscriptEntry) -> tuple[Any, ...]:
         entry.interrupted, entry.filler, entry.kind, entry.purpose, entry.superseded,
         entry.message_id,
     )
-
-
-def _bisect_versions(transcript: list[TranscriptEntry], version: int) -> int:
-    """Index of the first entry with a version >= ``version`` (transcript is version-sorted)."""
-    lo, hi = 0, len(transcript)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if transcript[mid].version < version:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _parse_anchor(event: ev.SessionStart) -> datetime:
