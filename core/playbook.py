@@ -360,47 +360,49 @@ class Playbook(_Model):
 
         return dump_yaml(self)
 
-    # --- lookups -------------------------------------------------------------------------
+    # --- lookups ---------------------------------------------------------------------
+    # These run on every turn. Private attributes are read from ``__pydantic_private__``
+    # directly: pydantic's ``__getattr__`` path for them costs microseconds per read.
 
     @property
     def checkpoints(self) -> dict[str, Checkpoint]:
         """Every checkpoint by ref (``journey.id``), in document order."""
-        return self._checkpoints
+        return self.__pydantic_private__["_checkpoints"]
 
     def checkpoint(self, ref: str) -> Checkpoint:
-        return self._checkpoints[ref]
+        return self.__pydantic_private__["_checkpoints"][ref]
 
     @property
     def initial_ref(self) -> str:
-        return self.initial or next(iter(self._checkpoints))
+        return self.initial or next(iter(self.__pydantic_private__["_checkpoints"]))
 
     def tool(self, tool_id: str) -> ToolSpec:
-        return self._tools[tool_id]
+        return self.__pydantic_private__["_tools"][tool_id]
 
     def pipeline(self, pipeline_id: str) -> PipelineSpec:
-        return self._pipelines[pipeline_id]
+        return self.__pydantic_private__["_pipelines"][pipeline_id]
 
     def interrupt(self, interrupt_id: str) -> InterruptSpec | None:
-        return self._interrupts.get(interrupt_id)
+        return self.__pydantic_private__["_interrupts"].get(interrupt_id)
 
     def slot_spec(self, key: str) -> SlotSpec | None:
         """The declaration of a slot: its first checkpoint declaration, else ``call_start``."""
-        owner = self._slot_owner.get(key)
+        owner = self.__pydantic_private__["_slot_owner"].get(key)
         if owner is not None:
-            return self._checkpoints[owner].slots[key]
+            return self.__pydantic_private__["_checkpoints"][owner].slots[key]
         return self.call_start.get(key)
 
     def slot_owner(self, key: str) -> str | None:
         """Ref of the checkpoint that declares ``key`` first (None for call-start/undeclared)."""
-        return self._slot_owner.get(key)
+        return self.__pydantic_private__["_slot_owner"].get(key)
 
     def effective_gate(self, key: str) -> Gate:
         """The slot's own gate, else the gate of the checkpoint that declares it (SPEC §4.2)."""
         spec = self.slot_spec(key)
         if spec is not None and spec.gate is not None:
             return spec.gate
-        owner = self._slot_owner.get(key)
-        return self._checkpoints[owner].gate if owner else "soft"
+        owner = self.__pydantic_private__["_slot_owner"].get(key)
+        return self.__pydantic_private__["_checkpoints"][owner].gate if owner else "soft"
 
     def needs_confirmation(self, key: str) -> bool:
         """Director writes of this slot stay provisional until a read-back is affirmed."""
@@ -412,8 +414,8 @@ class Playbook(_Model):
     def declared_slots(self) -> set[str]:
         """Names ``slots.<name>`` may read: checkpoint slots, call-start, rule ``set`` keys,
         tool ``slot_updates`` keys and the built-in ``error_context``."""
-        names = set(self._slot_owner) | set(self.call_start) | {"error_context"}
-        for cp in self._checkpoints.values():
+        names = set(self.__pydantic_private__["_slot_owner"]) | set(self.call_start) | {"error_context"}
+        for cp in self.__pydantic_private__["_checkpoints"].values():
             for rule in cp.advance_when:
                 names.update(rule.set_)
         for tool in self.tools:
