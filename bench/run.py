@@ -65,9 +65,16 @@ def run_json(cmd: list[str], *, timeout: float, env: dict[str, str] | None = Non
 
 
 def find_python312() -> str | None:
-    for candidate in (shutil.which("python3.12"),
-                      str(Path.home() / ".pyenv/versions/3.12.1/bin/python")):
-        if candidate and Path(candidate).exists():
+    """A working Python 3.12 (a pyenv shim on PATH may exist and still refuse to run)."""
+    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.12.*/bin/python"))]
+    candidates += [c for c in (shutil.which("python3.12"),) if c]
+    for candidate in candidates:
+        try:
+            p = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if p.returncode == 0 and p.stdout.strip() == "(3, 12)":
             return candidate
     return None
 
