@@ -15,65 +15,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from . import events as ev
+from .state_records import ResultState, SlotState, TranscriptEntry
 
 if TYPE_CHECKING:
     from .playbook import Playbook
-
-
-@dataclass(frozen=True, slots=True)
-class SlotState:
-    """A filled slot: its value (JSON-native), status, who wrote it and at which version."""
-
-    value: Any
-    status: ev.SlotStatus
-    by: ev.WrittenBy
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ResultState:
-    """A stored tool result (``store_as`` / ``store_response_as``), as expressions read it."""
-
-    tool: str
-    ok: bool
-    status: int | None
-    data: Any
-    error: str | None
-    version: int
-
-
-@dataclass(slots=True)
-class TranscriptEntry:
-    """One utterance as the conversation knows it.
-
-    ``heard_text`` is what the caller actually heard (``text`` unless a speech_correction cut
-    it); ``superseded`` marks a user utterance LiveKit replaced with a later one.
-    """
-
-    version: int
-    role: ev.Role
-    text: str
-    heard_text: str
-    spoke_from_version: int | None = None
-    interrupted: bool = False
-    filler: bool = False
-    kind: str | None = None
-    purpose: str | None = None
-    superseded: bool = False
-    message_id: str | None = None
-
-    @property
-    def fully_heard(self) -> bool:
-        """The caller heard all of it (nothing cut it short)."""
-        return not self.interrupted and self.heard_text == self.text
-
 
 _VERSION = attrgetter("version")
 
