@@ -70,3 +70,21 @@ def test_quick_bench_writes_wellformed_results(tmp_path: Path) -> None:
         assert _number(judged[name]["ratio"]), name
     overhead = judged["CPU per turn, median"]
     assert _number(overhead["value"]) and overhead["met"] is None and overhead["note"]
+
+
+def test_model_time_is_the_union_of_overlapping_model_calls() -> None:
+    """Engine overhead = turn wall time minus model time; overlapping calls count once."""
+    sys.path.insert(0, str(ROOT / "bench" / "drivers"))
+    try:
+        from harness import ModelTimer, percentile
+    finally:
+        sys.path.remove(str(ROOT / "bench" / "drivers"))
+    timer = ModelTimer()
+    # Director and Talker called together (soft gate), then a follow-through after both
+    timer.intervals[:] = [(0.0, 0.020), (0.001, 0.021), (0.030, 0.050)]
+    assert math.isclose(timer.take(), 0.041)
+    assert timer.intervals == []
+    timer.intervals[:] = [(0.0, 0.010), (0.002, 0.004)]  # one inside the other
+    assert math.isclose(timer.take(), 0.010)
+    assert percentile([5.0, 1.0, 3.0], 50) == 3.0
+    assert math.isnan(percentile([], 95))
