@@ -37,11 +37,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import Problem
+from .flow_paths import J, flow_author_path
 from .flow_schema import ConversationFlow, FlowEdge, FlowNode
 from .flow_text import FlowText, slot_spec
-from .problems import Repair, hint_for, join_path, split_path, validate_best_effort
+from .problems import Repair, hint_for, join_path, validate_best_effort
 
-J = "main"
 _SILENCE = re.compile(r"silence|no response|not respond", re.IGNORECASE)
 _GOODBYE = re.compile(r"\b(good\s?bye|bye|end (the|this) call|hang up)\b", re.IGNORECASE)
 _REFRESH = re.compile(r"\b401\b|token", re.IGNORECASE)
@@ -71,47 +71,6 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
         return {}, problems, []
     full = compiler.compile()
     return full, problems, [] if problems else compiler.coverage
-
-
-_NODE_FIELDS = {"guidance": "instruction", "say_verbatim": "static_text", "turn_budget": "max_turns",
-                "goal": "name", "advance_when": "edges", "slots": "edges", "on_enter": "actions"}
-_ACTION_FIELDS = {"body": "body_template", "url": "url", "headers": "headers", "method": "method",
-                  "timeout": "timeout"}
-
-
-def flow_author_path(doc: dict[str, Any], full: dict[str, Any], path: str) -> str:
-    """A path of the compiled full-format document → the node, action or key of ``doc``."""
-    parts = split_path(path)
-    if parts is None:
-        return path
-    nodes = [n.get("id") if isinstance(n, dict) else None for n in doc.get("nodes") or []]
-    actions = [a.get("id") if isinstance(a, dict) else None for a in doc.get("actions") or []]
-    if parts[:3] == ["journeys", J, "checkpoints"] and len(parts) > 3 and isinstance(parts[3], int):
-        try:
-            cp_id = full["journeys"][J]["checkpoints"][parts[3]]["id"]
-        except (KeyError, IndexError, TypeError):
-            return path
-        rest = parts[4:]
-        if cp_id not in nodes:
-            cp_id, rest = cp_id.split("__", 1)[0], []  # a synthetic checkpoint: its source node
-        if cp_id not in nodes:
-            return path
-        field = rest[0] if rest else None
-        renamed = _NODE_FIELDS.get(field) if isinstance(field, str) else None
-        rest = [renamed] if renamed in ("edges", "actions") else [renamed, *rest[1:]] if renamed else []
-        return join_path("", "nodes", nodes.index(cp_id), *rest)
-    if parts[:1] == ["tools"] and len(parts) > 1 and isinstance(parts[1], int):
-        try:
-            tool_id = full["tools"][parts[1]]["id"]
-        except (KeyError, IndexError, TypeError):
-            return path
-        if tool_id in actions:
-            field = parts[2] if len(parts) > 2 else None
-            renamed = _ACTION_FIELDS.get(field) if isinstance(field, str) else None
-            return join_path("", "actions", actions.index(tool_id), *([renamed, *parts[3:]] if renamed else []))
-    if parts[:1] == ["env"]:
-        return join_path("", "environment_variables", *parts[1:])
-    return {"persona": "system_prompt", "initial": "initial_node"}.get(path, path)
 
 
 class _FlowCompiler:
