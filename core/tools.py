@@ -35,7 +35,7 @@ from .pytools import bind_python_tool
 from .ssrf import HostUnresolved, Resolver, UrlRefused, vet_url
 
 if TYPE_CHECKING:
-    from .playbook import Playbook, RetrySpec, ToolSpec
+    from .playbook import Playbook, ToolSpec
     from .state import ConversationState
 
 Emit = Callable[[ev.Event], ev.Event]
@@ -379,7 +379,7 @@ class ToolRunner:
             for event in plan_write(state, self.playbook, key, value, "tool"):
                 emit(event)
 
-    # --- pipelines ------------------------------------------------------------------------------
+    # --- pipelines (run in pipelines.py) -------------------------------------------------------
 
     async def run_pipeline(
         self,
@@ -398,55 +398,10 @@ class ToolRunner:
         ``retry_backoff`` x attempt, capped at 2 s); under ``ok`` it just continues. Refused
         calls are never retried. ``args`` reach every tool of the pipeline.
         """
-        try:
-            spec = self.playbook.pipeline(pipeline_id)
-        except KeyError:
-            raise ValueError(f"unknown pipeline '{pipeline_id}'; declare it under pipelines:") from None
-        started = time.perf_counter()
-        outcome = PipelineOutcome(ok=True)
-        for step in spec.steps:
-            verdict = await self._run_step(pipeline_id, step.tool, step.on, state, emit, hard_gate, args)
-            if verdict is not None:
-                outcome = verdict
-                break
-        emit(ev.ToolResult(
-            tool=pipeline_id, pipeline=pipeline_id, store_as="pipeline", ok=outcome.ok,
-            data={"route": outcome.route} if outcome.route else None,
-            error=None if outcome.ok else (outcome.error_context or f"{pipeline_id} failed"),
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        ))
-        return outcome
+        from .pipelines import run_pipeline  # it builds on this module
 
-    async def _run_step(
-        self, pipeline_id: str, tool_id: str, on: Mapping[str, str | RetrySpec],
-        state: ConversationState, emit: Emit, hard_gate: bool, args: Mapping[str, Any] | None,
-    ) -> PipelineOutcome | None:
-        """None to go on with the next step, else how the pipeline ends."""
-        error_context = f"{pipeline_id}:{tool_id}"
-        attempt = 1
-        while True:
-            result = await self.run_tool(tool_id, state=state, emit=emit, args=args,
-                                         hard_gate=hard_gate, pipeline=pipeline_id, attempt=attempt)
-            if result is None:
-                return None  # skipped by run_once / when
-            if result.ok:
-                branch = on.get("ok", "continue")
-            else:
-                branch = on.get(f"http_{result.status}") if result.status is not None else None
-                if branch is None:
-                    branch = on.get("failed")
-            if branch is None:
-                return PipelineOutcome(ok=False, error_context=error_context)
-            if isinstance(branch, str):
-                if branch == "continue":
-                    return None
-                return PipelineOutcome(ok=result.ok, route=branch)
-            if result.ok:
-                return None  # a RetrySpec under ok never retries a success
-            if is_refused(result) or attempt > branch.retry:
-                return PipelineOutcome(ok=False, route=branch.on_exhaust, error_context=error_context)
-            await asyncio.sleep(min(self._backoff * attempt, 2.0))
-            attempt += 1
+        return await run_pipeline(self, pipeline_id, state=state, emit=emit, hard_gate=hard_gate,
+                                  args=args, retry_backoff=self._backoff)
 
 
 __all__ = [
