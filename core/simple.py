@@ -246,7 +246,12 @@ def _lower_step(
 ) -> dict[str, Any]:
     path = join_path("playbook", index)
     default_next = step_ids[index + 1] if index + 1 < len(step_ids) else None
-    terminal = step.terminal or (default_next is None and step.then is None)
+    then = step.then
+    if then is not None and not then.strip():
+        problems.append(Problem(join_path(path, "then"), "then is empty",
+                                "name the next step, or leave then out to go to the next one"))
+        then = None
+    terminal = step.terminal or (default_next is None and then is None)
     guidance = step.say or (simple.opening if index == 0 else "")
     cp: dict[str, Any] = {"id": step.id}
     if step.purpose:
@@ -265,7 +270,7 @@ def _lower_step(
     if step.turn_budget is not None:
         cp["turn_budget"] = step.turn_budget
     if terminal:
-        if step.then is not None:
+        if then is not None:
             problems.append(Problem(join_path(path, "then"), "a terminal step has no next step",
                                     "remove then, or terminal: true"))
         if step.branches:
@@ -281,10 +286,10 @@ def _lower_step(
     if step.outcome is not None and step.outcome != "closed":
         problems.append(Problem(join_path(path, "outcome"), f"outcome {step.outcome!r} on a step that is not terminal",
                                 "add terminal: true or remove outcome"))
-    if step.then == step.id:
+    if then == step.id:
         problems.append(Problem(join_path(path, "then"), f"step {step.id!r} cannot lead to itself",
                                 "name another step, or leave then out to go to the next one"))
-    next_id = step.then or default_next
+    next_id = then or default_next
     assert next_id is not None  # not terminal, so there is a then or a next step
     next_ref = _target(step_ids, next_id, join_path(path, "then"), problems, allow_qualified=True)
     rules: list[dict[str, Any]] = []

@@ -255,3 +255,11 @@ def test_problems_of_lowered_rules_name_the_key_they_came_from(change: dict[str,
     found = problems(doc)
     assert path in {p.path for p in found}, found
     assert not [p for p in found if p.path.startswith("journeys")]
+
+
+def test_an_empty_then_is_a_clear_problem_not_a_crash() -> None:
+    with pytest.raises(PlaybookError) as info:
+        Playbook.from_dict({"playbook": [{"id": "ask", "collect": ["name"], "then": ""}]})
+    assert [(p.path, p.message) for p in info.value.problems if p.severity == "error"] == [
+        ("playbook[0].then", "then is empty")
+    ]
