@@ -310,7 +310,7 @@ class Runtime:
         step that created this task, so yielding once lets that request go out before the
         Director's prompt is built (SPEC §14: time to first token)."""
         await asyncio.sleep(0)
-        await self._flow._decide(text, user_version)
+        await self._flow.decide(text, user_version)
 
     async def external(self, kind: str, name: str, payload: Mapping[str, Any] | None = None) -> Turn:
         """An outside event: ``silence`` (policies.silence) or a handler's ``<kind>.<name>``."""

@@ -62,12 +62,8 @@ class TurnFlow:
 
     # --- the decision (a task the runtime owns) ------------------------------------------
 
-    def start_decision(self, text: str, user_version: int) -> asyncio.Task[None]:
-        return asyncio.get_running_loop().create_task(
-            self._decide(text, user_version), name=f"director:{self.rt.session_id}:{user_version}"
-        )
-
-    async def _decide(self, text: str, user_version: int) -> None:
+    async def decide(self, text: str, user_version: int) -> None:
+        """Ask the Director, apply its verdict, then quiesce and apply the turn budget."""
         rt = self.rt
         try:
             verdict, latency_ms, attempts = await self._ask(text)
