@@ -291,6 +291,13 @@ class Bench:
                         f"(plain {plain['split_p50_ms']['to_talker_call']:.2f} ms)"
                         if q == "p50" and "split_p50_ms" in c[name] else ""),
                     noise=spread(c[name]["ttft_ms"]) if q == "p50" else None))
+        gc_note = "; ".join(f"{k}: {v['turns_hit_by_gc']}" for k, v in c.items()
+                            if "turns_hit_by_gc" in v)
+        figs.append(figure(
+            "longest GC collection during the TTFT run", res.get(
+                "gc_longest_ms_by_generation", {}).get("2"), "ms",
+            note=f"generation 2, {res.get('gc_collections_by_generation', {}).get('2')} of them;"
+                 f" measured turns with ≥ 5 ms of GC inside their TTFT window: {gc_note}"))
         hard = c["ours_hard_gate"]
         floor = res["director_ms_hard_gate"] + res["first_token_ms"]
         for q in ("p50", "p95"):

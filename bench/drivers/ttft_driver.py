@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import sys
@@ -123,7 +124,7 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
     def add(name: str, talker: Any, session_llm: Any, director: BenchDirector | None) -> None:
         conditions[name] = {"talker": talker, "llm": session_llm, "director": director,
                             "agent": TimedAgent(instructions="You are Maya, the host."),
-                            "ttft_ms": [], "errors": 0, "split": []}
+                            "ttft_ms": [], "errors": 0, "split": [], "gc_hit": []}
 
     plain = SlowTalkerLLM()
     add("plain", plain, plain, None)
@@ -144,6 +145,18 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
         await session.start(c["agent"])
         c["session"] = session
         sessions.append(session)
+
+    # Collections, timed: a long one inside a turn's TTFT window explains an outlier there.
+    collections: list[tuple[float, float, int]] = []  # (start, end, generation)
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            collections.append((gc_start[0], time.perf_counter(), int(info["generation"])))
+
+    gc.callbacks.append(on_gc)
 
     async def one(c: dict[str, Any], n: int) -> float | None:
         c["talker"].turn = n
@@ -169,6 +182,10 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
             (talker_at - (agent.node_at or t0)) * 1000,  # the LLM plugin before the Talker call
             (agent.first_at - talker_at - first_token_s) * 1000,  # Talker call to first chunk
         ))
+        # GC time that fell inside this turn's TTFT window (ms)
+        c["gc_hit"].append(sum(
+            (min(b, agent.first_at) - max(a, t0)) * 1000
+            for a, b, _ in collections if b > t0 and a < agent.first_at))
         return (agent.first_at - t0) * 1000
 
     names = list(conditions)
@@ -181,7 +198,9 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
                     conditions[name]["ttft_ms"].append(ms)
                 elif ms is not None:
                     conditions[name]["split"].pop()
+                    conditions[name]["gc_hit"].pop()
     finally:
+        gc.callbacks.remove(on_gc)
         for session in sessions:
             await session.aclose()
 
@@ -189,6 +208,11 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
         "first_token_ms": first_token_s * 1000, "token_ms": token_s * 1000,
         "director_ms_hard_gate": director_s * 1000, "rounds": rounds, "warm_turns": warm,
         "conditions": {},
+        "gc_longest_ms_by_generation": {
+            str(g): max(((b - a) * 1000 for a, b, gen in collections if gen == g), default=0.0)
+            for g in (0, 1, 2)},
+        "gc_collections_by_generation": {
+            str(g): sum(1 for *_, gen in collections if gen == g) for g in (0, 1, 2)},
     }
     for name, c in conditions.items():
         v = c["ttft_ms"]
@@ -197,6 +221,9 @@ async def run(rounds: int, warm: int, first_token_s: float, token_s: float,
             "errors": c["errors"], **({"error": c["error"]} if "error" in c else {}),
             # where the time goes, p50 of each part (ms): run() -> llm_node, llm_node -> the
             # Talker's chat() call, chat() -> first chunk at llm_node minus the model's delay
+            # measured turns whose TTFT window contained ≥ 5 ms of garbage collection
+            "turns_hit_by_gc": sum(1 for ms in c["gc_hit"] if ms >= 5),
+            "gc_ms_in_window_max": max(c["gc_hit"], default=0.0),
             "split_p50_ms": {
                 part: percentile([row[i] for row in c["split"]], 50)
                 for i, part in enumerate(("to_llm_node", "to_talker_call", "talker_to_node_extra"))
