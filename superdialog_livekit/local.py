@@ -95,6 +95,7 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+        self.log_path.unlink(missing_ok=True)  # only kept to explain a failed start
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -122,10 +123,9 @@ def _wait_ready(server: LocalServer, timeout: float) -> None:
         except httpx.TransportError:
             pass  # not listening yet
         time.sleep(0.2)
+    tail = server.log_tail()  # read before stop() removes the log
     server.stop()
-    raise LocalModelError(
-        f"the local model server did not answer within {timeout:.0f} s:\n{server.log_tail()}"
-    )
+    raise LocalModelError(f"the local model server did not answer within {timeout:.0f} s:\n{tail}")
 
 
 def _default_threads() -> int:

@@ -12,8 +12,10 @@ import jsonschema
 import pytest
 from superdialog_core.yaml12 import load_yaml
 
+from tests.paths import EXAMPLES as EXAMPLES_DIR
+
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT.parent / "shared" / "examples").glob("*.yaml"))
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yaml"))
 FIXTURES = sorted((ROOT / "tests" / "fixtures").glob("*.yaml"))
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -30,8 +29,6 @@ from tests.loopback import LoopbackServer, Reply
 from tests.paths import EXAMPLES as EXAMPLES_DIR
 
 EXAMPLE = EXAMPLES_DIR / "dental_booking.yaml"
-if not EXAMPLE.exists():  # a checkout without the shared folder: the repo's own copy's sibling
-    EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "examples" / "dental_booking.yaml"
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=ZoneInfo("Europe/Berlin"))
 # The hard gates wait for the decision (and the booking call) before speaking; a generous
 # barrier keeps a loaded test machine from turning that wait into the filler line.

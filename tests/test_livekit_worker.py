@@ -23,8 +23,6 @@ import worker  # noqa: E402
 from tests.paths import EXAMPLES as EXAMPLES_DIR  # noqa: E402
 
 EXAMPLE = EXAMPLES_DIR / "dental_booking.yaml"
-if not EXAMPLE.exists():
-    EXAMPLE = ROOT.parent / "shared" / "examples" / "dental_booking.yaml"
 
 
 def test_worker_help_runs_without_a_server() -> None:
@@ -83,6 +81,9 @@ async def test_bad_call_start_is_refused_before_anything_is_built(env: dict[str,
             pytest.raises(CallStartError) as info:
         worker.prepare_call(ctx, playbook, _sip_caller(), env=env)
     assert {p.path for p in info.value.problems} == {"call_start.clinic", "call_start.clinic_id"}
+    # Nothing was saved: no call log was created for the refused call.
+    logs = Path(env["SUPERDIALOG_LOG_DIR"])
+    assert not logs.exists() or not any(logs.iterdir())
 
 
 async def test_unset_env_variables_are_refused_before_the_greeting(

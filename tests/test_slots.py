@@ -408,8 +408,6 @@ def test_read_back_at_a_soft_gate_only_lists_what_tools_send() -> None:
 
 
 def test_read_back_with_templates_compiled_by_the_loader() -> None:
-    pytest.importorskip("superdialog_core.templates")
-    pytest.importorskip("superdialog_core.loader")
     playbook = Playbook.from_dict(DOC)
     state = ConversationState(playbook)
     log = EventLog()

@@ -613,7 +613,7 @@ def test_python_tool_signatures_are_bound_once() -> None:
 
 
 async def test_livekit_function_tool_is_called_with_keyword_args() -> None:
-    llm = pytest.importorskip("livekit.agents.llm")
+    from livekit.agents import llm
 
     @llm.function_tool
     async def capture(amount: int, context: llm.RunContext | None = None) -> dict[str, Any]:
