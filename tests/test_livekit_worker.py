@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -217,7 +218,13 @@ def test_prewarm_applies_log_retention_days_to_the_jsonl_store(
                         lambda *a: threads.append(purge(*a)) or threads[-1])
 
     proc = SimpleNamespace(userdata={})
-    worker.prewarm(proc)  # type: ignore[arg-type]
+    frozen_before = gc.get_freeze_count()
+    try:
+        worker.prewarm(proc)  # type: ignore[arg-type]
+        # the process's long-lived objects leave the collector's generations
+        assert gc.get_freeze_count() > frozen_before
+    finally:
+        gc.unfreeze()
     assert proc.userdata["vad"] == "vad" and len(threads) == 1
     threads[0].join(10)  # type: ignore[attr-defined]
     assert not old.exists() and fresh.exists()
