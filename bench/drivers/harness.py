@@ -307,6 +307,18 @@ async def _offer(calls: Sequence[Call], rate: float, seconds: float, warm_s: flo
                 wall_ms.append((w1 - t_arrival) * 1000)
                 overhead_ms.append((w1 - t_arrival - model_s) * 1000)
 
+    gc_ms: list[float] = []  # every collection of generation 2 during the step
+    gc_t0 = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            gc_t0[0] = time.perf_counter()
+        else:
+            gc_ms.append((time.perf_counter() - gc_t0[0]) * 1000)
+
+    gc.callbacks.append(on_gc)
     t_next = start + rng.expovariate(rate)
     offered = measured_offered = 0
     saturated = False
@@ -334,6 +346,7 @@ async def _offer(calls: Sequence[Call], rate: float, seconds: float, warm_s: flo
     drain0 = time.perf_counter()
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
+    gc.callbacks.remove(on_gc)
     measured_s = max(1e-9, min(elapsed, seconds) - warm_s)
     return {
         "offered_rate": rate,
@@ -349,6 +362,10 @@ async def _offer(calls: Sequence[Call], rate: float, seconds: float, warm_s: flo
         "overhead_ms_p99": percentile(overhead_ms, 99),
         "overhead_ms_max": max(overhead_ms) if overhead_ms else float("nan"),
         "wall_ms_p50": percentile(wall_ms, 50),
+        # full collections stall every call in the process at once: a knee in p95 that
+        # coincides with them is the collector, not the per-turn work
+        "gen2_collections": len(gc_ms),
+        "gen2_longest_ms": max(gc_ms, default=0.0),
     }
 
 
