@@ -251,6 +251,15 @@ def main() -> None:
     parser.add_argument("--director-ms", type=float, default=300.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    # As a production worker does after its prewarm (worker.py), for every condition alike:
+    # the loaded modules leave the collector's generations.
+    import livekit.agents
+    import livekit.plugins.openai  # noqa: F401
+
+    import superdialog_livekit.llm  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
     print(json.dumps(asyncio.run(run(args.rounds, args.warm, args.first_token_ms / 1000,
                                      args.token_ms / 1000, args.director_ms / 1000))))
 
