@@ -365,6 +365,11 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
 class DialogStream(llm.LLMStream):
     """One reply: the runtime's text as ChatChunks, then a usage chunk."""
 
+    # A delegating stream, like LiveKit's FallbackAdapter: the Talker's own stream records the
+    # model call (and its attempt) in its own spans, and this stream never retries, so it opens
+    # no attempt span of its own: one span less between llm_node and the Talker's chat() call.
+    _llm_attempt_span_name = None
+
     def __init__(self, owner: DialogMachineLLM, **kwargs: Any) -> None:
         super().__init__(owner, **kwargs)
         self._owner = owner
