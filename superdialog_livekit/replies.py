@@ -98,9 +98,12 @@ class ReplyPlanner:
         Synchronous on purpose: new user messages are claimed before any await, so concurrent
         streams never log the same message twice.
         """
-        self._speech.sync_history(chat_ctx)
-        fresh = self._speech.ledger.new_user_messages(chat_ctx)
-        texts = [t for t in (self._speech.ledger.user_ids[m.id].strip() for m in fresh) if t]
+        speech = self._speech
+        ledger = speech.ledger
+        assistant, unseen = ledger.scan(chat_ctx)  # one pass over the context for both
+        speech.sync_messages(assistant)
+        fresh = ledger.claim(unseen)
+        texts = [t for t in (ledger.user_ids[m.id].strip() for m in fresh) if t]
         if texts:
             return "turn", texts
         if not self._opened:

@@ -113,10 +113,30 @@ class ChatLedger:
 
     def new_user_messages(self, chat_ctx: Any) -> list[Any]:
         """User messages not seen before, in order; they are claimed at once (no await between)."""
-        fresh = []
+        return self.claim(self.scan(chat_ctx)[1])
+
+    def scan(self, chat_ctx: Any) -> tuple[list[Any], list[Any]]:
+        """One pass over ``chat_ctx``: the assistant messages not matched yet and the user
+        messages not seen yet, each in order. Nothing is claimed or matched here."""
+        assistant: list[Any] = []
+        user: list[Any] = []
+        matched = self.assistant_ids
+        seen = self.user_ids
         for item in chat_ctx.items:
-            if getattr(item, "type", None) != "message" or item.role != "user":
+            if getattr(item, "type", None) != "message":
                 continue
+            role = item.role
+            if role == "user":
+                if item.id not in seen:
+                    user.append(item)
+            elif role == "assistant" and item.id not in matched:
+                assistant.append(item)
+        return assistant, user
+
+    def claim(self, messages: list[Any]) -> list[Any]:
+        """Claim user messages (from ``scan``) not seen yet; returns those, in order."""
+        fresh = []
+        for item in messages:
             if item.id in self.user_ids:
                 continue
             self.user_ids[item.id] = message_text(item)
@@ -227,7 +247,11 @@ class SpeechSync:
 
     def sync_history(self, chat_ctx: Any) -> None:
         """Corrections for assistant messages LiveKit reports in a ``chat_ctx``."""
-        for message in self.ledger.assistant_messages(chat_ctx):
+        self.sync_messages(self.ledger.assistant_messages(chat_ctx))
+
+    def sync_messages(self, messages: list[Any]) -> None:
+        """Corrections for assistant messages not matched yet (``ChatLedger.scan``), in order."""
+        for message in messages:
             _, corrections = self.ledger.match(message)
             self.mark_heard(corrections)
 
