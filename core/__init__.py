@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "LogStore": "stores",
     "MemoryStore": "stores",
     "JsonlStore": "stores",
+    "SQLiteStore": "sqlite_store",
 }
 
 __all__ = [*sorted(_EXPORTS), "events"]
