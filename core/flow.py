@@ -34,13 +34,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import ValidationError
-
 from .errors import Problem
 from .flow_paths import J, flow_author_path
 from .flow_schema import ConversationFlow, FlowEdge, FlowNode
 from .flow_text import FlowText, slot_spec
-from .problems import Repair, hint_for, join_path, validate_best_effort
+from .problems import hint_for, join_path, validate_best_effort
 
 _SILENCE = re.compile(r"silence|no response|not respond", re.IGNORECASE)
 _GOODBYE = re.compile(r"\b(good\s?bye|bye|end (the|this) call|hang up)\b", re.IGNORECASE)
@@ -54,14 +52,9 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
     With problems, the document is best-effort (unknown keys and bad values left out, edges to
     unknown nodes cut, unknown actions skipped) so the full format's checks can still run; it
     is empty when nothing could be compiled (no usable initial node)."""
-    try:
-        flow = ConversationFlow.model_validate(doc)
-        problems: list[Problem] = []
-        repair = Repair()
-    except ValidationError as exc:
-        flow, problems, repair = validate_best_effort(ConversationFlow, doc, exc)
-        if flow is None:
-            return {}, problems, []
+    flow, problems, repair = validate_best_effort(ConversationFlow, doc)
+    if flow is None:
+        return {}, problems, []
     compiler = _FlowCompiler(flow)
     for problem in compiler.check():
         problem = repair.original(problem)

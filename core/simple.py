@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Problem
-from .problems import Repair, hint_for, join_path, split_path, validate_best_effort
+from .problems import hint_for, join_path, split_path, validate_best_effort
 
 JOURNEY = "main"
 
@@ -118,14 +118,9 @@ def lower_simple_mapped(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
     """``lower_simple`` plus a function that maps a path of the lowered full-format document
     to the simple-format key the author wrote (``journeys.main.checkpoints[1].guidance`` →
     ``playbook[1].say``)."""
-    try:
-        simple = SimpleDoc.model_validate(doc)
-        problems: list[Problem] = []
-        repair = Repair()
-    except ValidationError as exc:
-        simple, problems, repair = validate_best_effort(SimpleDoc, doc, exc)
-        if simple is None:
-            return {}, problems, lambda path: path
+    simple, problems, repair = validate_best_effort(SimpleDoc, doc)
+    if simple is None:
+        return {}, problems, lambda path: path
     lowered: list[Problem] = []
     full = _lower(simple, lowered)
     for problem in lowered:
