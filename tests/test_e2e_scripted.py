@@ -34,19 +34,6 @@ def assistant_lines(rt: Runtime) -> list[ev.Utterance]:
     return [e for e in rt.log if isinstance(e, ev.Utterance) and e.role == "assistant"]
 
 
-@pytest.fixture
-async def client():
-    async with httpx.AsyncClient(trust_env=False) as http:
-        yield http
-
-
-@pytest.fixture
-def clinic(monkeypatch: pytest.MonkeyPatch):
-    with LoopbackServer() as server:
-        server.route("POST", "/clinics/c1/visits", Reply(201, json={"ref": "A1234"}))
-        monkeypatch.setenv("CLINIC_API_BASE", server.base_url)
-        monkeypatch.setenv("CLINIC_API_TOKEN", "t")
-        yield server
 
 
 async def test_dental_booking_end_to_end(clinic: LoopbackServer, client: httpx.AsyncClient) -> None:

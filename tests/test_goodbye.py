@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from loopback import LoopbackServer, Reply
+from loopback import LoopbackServer
 from superdialog_core import Playbook, Runtime, ScriptedDirector, ScriptedTalker
 from superdialog_core import events as ev
 from superdialog_core.goodbye import (
@@ -154,19 +154,6 @@ def test_not_clear_goodbyes(text: str) -> None:
     assert not is_clear_goodbye(text, WORDS)
 
 
-@pytest.fixture
-async def client():
-    async with httpx.AsyncClient(trust_env=False) as http:
-        yield http
-
-
-@pytest.fixture
-def clinic(monkeypatch: pytest.MonkeyPatch):
-    with LoopbackServer() as server:
-        server.route("POST", "/clinics/c1/visits", Reply(201, json={"ref": "A1234"}))
-        monkeypatch.setenv("CLINIC_API_BASE", server.base_url)
-        monkeypatch.setenv("CLINIC_API_TOKEN", "t")
-        yield server
 
 
 def dental(director: ScriptedDirector, talker: ScriptedTalker, client: httpx.AsyncClient,
