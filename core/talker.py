@@ -26,9 +26,7 @@ from .never_say import NeverSayFilter
 from .playbook import Checkpoint, Playbook
 from .slots import read_back_items
 from .spoken import spoken_date, spoken_digits, spoken_time
-from .transcript_packing import ENTRY_OVERHEAD, PLACEHOLDER, estimate_tokens
-from .transcript_packing import pack_transcript as _pack  # noqa: F401 (tests read it here)
-from .transcript_packing import packed_transcript as _packed
+from .transcript_packing import ENTRY_OVERHEAD, PLACEHOLDER, estimate_tokens, packed_transcript
 
 PURPOSES = ("opening", "reply", "follow_through", "closing")
 
@@ -229,7 +227,7 @@ def build_talker_request(
         scope = {**scope, "env": {}}  # env never reaches the Talker (SPEC §2.2)
     system = _system_message(state, playbook, purpose, scope, on_error)
     budget = token_budget - estimate_tokens(system) - ENTRY_OVERHEAD
-    messages = [{"role": "system", "content": system}, *_packed(state, budget)]
+    messages = [{"role": "system", "content": system}, *packed_transcript(state, budget)]
     return TalkerRequest(messages=messages, purpose=purpose,  # type: ignore[arg-type]
                          spoke_from_version=state.version)
 

@@ -10,7 +10,8 @@ from superdialog_core import events as ev
 from superdialog_core.log import EventLog
 from superdialog_core.playbook import Playbook
 from superdialog_core.state import ConversationState
-from superdialog_core.talker import _pack, _packed
+from superdialog_core.transcript_packing import pack_transcript as _pack
+from superdialog_core.transcript_packing import packed_transcript as _packed
 
 DOC: dict[str, Any] = {"journeys": {"j": {"checkpoints": [{"id": "a", "goal": "talk"}]}}}
 
