@@ -60,6 +60,7 @@ class Utterance(Event, tag="utterance", kw_only=True):
     kind: str | None = None
     purpose: str | None = None
     message_id: str | None = None
+    checkpoint: str | None = None  # a say_verbatim line: the checkpoint whose line it is
 
 
 class SpeechCorrection(Event, tag="speech_correction", kw_only=True):

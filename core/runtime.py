@@ -238,9 +238,6 @@ class Runtime:
         self._progress.state = self._speaker.state = self.state
         self._persisted = loaded.version
         self._started_wall = loaded[0].at or time.time()
-        ref = self.state.checkpoint
-        if ref is not None and ref in self.state.verbatim_spoken:
-            self._speaker.verbatim_spoken[ref] = self.state.checkpoint_entered_version
         return True
 
     async def _before_turn(self, *, patience: float = 0.0) -> None:

@@ -78,17 +78,11 @@ class Speaker:
         self.progress = progress
         self.token_budget = token_budget
         self.cps = playbook.checkpoints  # looked up once (pydantic private attribute)
-        # checkpoint ref -> entry version whose say_verbatim was spoken (once per entry)
-        self.verbatim_spoken: dict[str, int] = {}
 
     # --- bookkeeping --------------------------------------------------------------------
 
     def new_reply(self) -> Reply:
-        return Reply(self.emit, on_logged=self._logged)
-
-    def _logged(self, segment: Segment, _event: Event) -> None:
-        if segment.kind == "verbatim" and segment.entry_version is not None and segment.checkpoint:
-            self.verbatim_spoken[segment.checkpoint] = segment.entry_version
+        return Reply(self.emit)
 
     def degrade(self, component: str, detail: str) -> None:
         self.emit(Degraded(component=component, detail=detail))
@@ -98,10 +92,9 @@ class Speaker:
         ref = self.state.checkpoint
         if ref is None:
             return None
-        entry = self.state.checkpoint_entered_version
-        if self.verbatim_spoken.get(ref) == entry:
+        if ref in self.state.verbatim_spoken:  # folded from the log: once per entry
             return None
-        return self.progress.verbatim_line(ref, entry)
+        return self.progress.verbatim_line(ref, self.state.checkpoint_entered_version)
 
     def never_say(self, ref: str | None) -> list[str]:
         cp = self.cps.get(ref) if ref is not None else None

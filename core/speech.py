@@ -42,7 +42,6 @@ class Reply:
     """The assistant side of one turn (or of an opening or an external event)."""
 
     emit: Callable[[Event], Event]
-    on_logged: Callable[[Segment, Utterance], None] | None = None
     texts: list[str] = field(default_factory=list)
     talker_at: set[str] = field(default_factory=set)
     lines_at: set[str] = field(default_factory=set)  # checkpoints whose say_verbatim was spoken
@@ -96,11 +95,13 @@ class Reply:
                 filler=segment.filler,
                 kind=segment.kind,
                 purpose=segment.purpose,
+                # A say_verbatim line names its checkpoint, so the fold knows it was spoken
+                # at this entry (exit lines are logged after the move and name none).
+                checkpoint=segment.checkpoint if segment.kind == "verbatim"
+                and segment.entry_version is not None else None,
             )
         )
         assert isinstance(event, Utterance)
-        if self.on_logged is not None:
-            self.on_logged(segment, event)
         return event
 
     def abort(self) -> None:

@@ -142,8 +142,9 @@ class ConversationState:
             if self.first_user_message is None:
                 self.first_user_message = event.text
             self.silence_count = 0
-        elif event.kind == "verbatim" and self.checkpoint is not None:
-            # The runtime logs a verbatim line at the checkpoint it belongs to.
+        elif event.kind == "verbatim" and event.checkpoint is not None \
+                and event.checkpoint == self.checkpoint:
+            # A say_verbatim line is spoken once per entry of its checkpoint.
             self.verbatim_spoken.add(self.checkpoint)
         elif event.kind == "talker":
             self.talker_segments_in_checkpoint += 1

@@ -153,13 +153,17 @@ def test_advance_resets_counters_but_keeps_the_note_queue(playbook: Playbook) ->
     emit(ev.Utterance(role="user", text="hi"))
     emit(ev.External(kind="silence", name="user_away"))
     emit(ev.Utterance(role="assistant", text="Hello.", kind="talker", spoke_from_version=4))
-    emit(ev.Utterance(role="assistant", text="Your table.", kind="verbatim"))
+    # An exit line of the checkpoint left names no checkpoint: it marks nothing spoken here.
+    emit(ev.Utterance(role="assistant", text="Let me check.", kind="verbatim"))
+    assert state.verbatim_spoken == set()
+    emit(ev.Utterance(role="assistant", text="Your table.", kind="verbatim",
+                      checkpoint="booking.collect"))
     assert state.user_turns_in_checkpoint == 1 and state.silence_count == 1
     assert state.verbatim_spoken == {"booking.collect"}
     assert state.talker_segments_in_checkpoint == 1
     emit(ev.SteeringNote(text="second", kind="repair"))
     emit(ev.Advance(from_="booking.collect", to="booking.confirm", rule_id="r", by="director"))
-    assert state.checkpoint == "booking.confirm" and state.checkpoint_entered_version == 9
+    assert state.checkpoint == "booking.confirm" and state.checkpoint_entered_version == 10
     assert state.user_turns_in_checkpoint == 0 and state.silence_count == 0
     assert state.verbatim_spoken == set() and state.talker_segments_in_checkpoint == 0
     assert [n.text for n in state.pending_notes] == ["first", "second"]
@@ -283,6 +287,7 @@ _event = st.one_of(
         kind=st.sampled_from([None, "talker", "verbatim", "filler", "prompt", "line"]),
         purpose=st.sampled_from([None, "reply", "opening"]),
         message_id=st.none() | st.sampled_from(["m1", "m2"]),
+        checkpoint=st.none() | st.sampled_from(["booking.collect", "booking.confirm"]),
     ),
     st.builds(ev.SpeechCorrection, utterance_version=_versions, heard_text=st.text(max_size=6)),
     st.builds(ev.UtteranceSuperseded, utterance_version=_versions),
