@@ -94,8 +94,8 @@ def prewarm(proc: JobProcess) -> None:
     """Once per job process: the VAD, the validated playbook, the value parsers, and the
     log retention (``policies.log_retention_days``, in a background thread)."""
     from livekit.plugins import silero
-    from superdialog_core.startup import language_of
-    from superdialog_core.values import warm_up
+    from superdialog_core.turn.startup import language_of
+    from superdialog_core.values.coerce import warm_up
 
     playbook = load_playbook()
     proc.userdata["playbook"] = playbook

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from superdialog_core import events as ev  # noqa: E402
-from superdialog_core.log import EventLog  # noqa: E402
+from superdialog_core.log.eventlog import EventLog  # noqa: E402
+from superdialog_core.log.state import ConversationState  # noqa: E402
 from superdialog_core.playbook import Playbook  # noqa: E402
-from superdialog_core.state import ConversationState  # noqa: E402
 
 SIZES = (10, 1_000, 10_000)
 

@@ -97,7 +97,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(calls: int, turns: int, half: int) -> dict[str, Any]:
-    from superdialog_core.values import warm_up
+    from superdialog_core.values.coerce import warm_up
 
     warm_up("en")  # what a worker's prewarm does; dateparser's first call is slow
     runs = [await one_call(turns) for _ in range(calls)]

@@ -1,249 +1,53 @@
-"""Event types of the append-only conversation log.
+"""The event models (SPEC §5), at the import path users know; they live in :mod:`.log.events`."""
 
-Events are frozen ``msgspec`` structs, tagged on ``type``. msgspec was chosen over pydantic
-for events because the log is the hot path: a struct is ~3x smaller than a pydantic model
-instance (SPEC §14 asks for at most 500 bytes per logged event), encodes to JSON without an
-intermediate dict, and decodes a whole JSONL log through one tagged-union decoder.
-
-Every event carries ``version`` (0 until the log stamps it, then 1..N, contiguous) and ``at``
-(Unix seconds, stamped on append). Both are stamped in place, without copying the event
-(``msgspec.structs.force_setattr``); nothing else ever mutates an event.
-
-JSON form: one object per event, ``{"type": "<tag>", "version": N, "at": T, ...fields}``;
-fields equal to their default are omitted. See ``docs/events.md`` for each type.
-"""
-
-from __future__ import annotations
-
-from typing import Any, Literal, Union
-
-import msgspec
-
-Role = Literal["user", "assistant"]
-SlotStatus = Literal["provisional", "accepted", "confirmed"]
-WrittenBy = Literal["director", "caller", "tool", "rule", "call_start", "policy"]
-AdvanceBy = Literal["director", "expr", "pipeline", "interrupt", "policy", "init"]
-NoteKind = Literal["steer", "repair"]
-
-
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
-    """Base of every event. ``version`` and ``at`` are stamped by ``EventLog.append``."""
-
-    version: int = 0
-    at: float = 0.0
-
-
-class SessionStart(Event, tag="session_start", kw_only=True):
-    """The call began. ``anchor`` is the ISO 8601 time (with offset) relative dates resolve against."""
-
-    session_id: str
-    playbook_hash: str
-    anchor: str
-    timezone: str = "UTC"
-    call: dict[str, Any] = {}
-    env_keys: list[str] = []
-
-
-class Utterance(Event, tag="utterance", kw_only=True):
-    """Something said. Assistant utterances carry the state version they were rendered from.
-
-    ``kind`` says where an assistant line came from: ``talker`` (a Talker segment), ``verbatim``
-    (a checkpoint's say_verbatim or exit line), ``filler`` (barrier ladder rungs), ``prompt``
-    (silence prompts), ``line`` (recovery, start-failure and other canned lines).
-    """
-
-    role: Role
-    text: str
-    spoke_from_version: int | None = None
-    interrupted: bool = False
-    filler: bool = False
-    kind: str | None = None
-    purpose: str | None = None
-    message_id: str | None = None
-    checkpoint: str | None = None  # a say_verbatim line: the checkpoint whose line it is
-
-
-class SpeechCorrection(Event, tag="speech_correction", kw_only=True):
-    """After the fact: the caller heard only ``heard_text`` of utterance ``utterance_version``."""
-
-    utterance_version: int
-    heard_text: str
-
-
-class UtteranceSuperseded(Event, tag="utterance_superseded", kw_only=True):
-    """A user utterance was replaced by a later one (LiveKit regenerated with a new message)."""
-
-    utterance_version: int
-    by_version: int | None = None
-
-
-class SlotWrite(Event, tag="slot_write", kw_only=True):
-    """A slot took a value (or the same value with another status)."""
-
-    key: str
-    value: Any
-    status: SlotStatus
-    by: WrittenBy
-
-
-class SlotRefused(Event, tag="slot_refused", kw_only=True):
-    """A value was not written. ``message`` is worded for the model's next question."""
-
-    key: str
-    value: Any = None
-    by: WrittenBy = "director"
-    message: str
-
-
-class SlotClear(Event, tag="slot_clear", kw_only=True):
-    """A slot (or a stored tool result, ``key`` = ``results.<name>``) was emptied."""
-
-    key: str
-    reason: str
-    by: str = "director"
-
-
-class Advance(Event, tag="advance", kw_only=True):
-    """The conversation moved to another checkpoint."""
-
-    from_: str | None = msgspec.field(name="from", default=None)
-    to: str
-    rule_id: str
-    by: AdvanceBy
-
-
-class SteeringNote(Event, tag="steering_note", kw_only=True):
-    """A note for the Talker's next render. Notes queue until a ``note_consumed`` event."""
-
-    text: str
-    kind: NoteKind = "steer"
-
-
-class NoteConsumed(Event, tag="note_consumed", kw_only=True):
-    """The Talker render that began at ``spoke_from_version`` showed every note up to ``upto``."""
-
-    upto: int
-
-
-class ToolCall(Event, tag="tool_call", kw_only=True):
-    """A tool was called (args redacted). ``attempt`` counts from 1."""
-
-    tool: str
-    args: dict[str, Any] = {}
-    attempt: int = 1
-    pipeline: str | None = None
-
-
-class ToolResult(Event, tag="tool_result", kw_only=True):
-    """A tool's outcome, as data. ``store_as`` names the ``results`` key it is stored under."""
-
-    tool: str
-    ok: bool
-    status: int | None = None
-    data: Any = None
-    error: str | None = None
-    duration_ms: float = 0.0
-    store_as: str | None = None
-    attempt: int = 1
-    pipeline: str | None = None
-
-
-class EnvWrite(Event, tag="env_write", kw_only=True):
-    """An env value was set. The log records the key only, never the value."""
-
-    key: str
-    by: str = "start"
-
-
-class Verdict(Event, tag="verdict", kw_only=True):
-    """The Director's parsed verdict as applied, for replay."""
-
-    verdict: dict[str, Any]
-    latency_ms: float = 0.0
-    attempts: int = 1
-    user_version: int | None = None
-
-
-class External(Event, tag="external", kw_only=True):
-    """An outside event: silence, a webhook, a timer."""
-
-    kind: str
-    name: str
-    payload: dict[str, Any] = {}
-
-
-class Degraded(Event, tag="degraded", kw_only=True):
-    """Something went worse than planned; the conversation went on."""
-
-    component: str
-    detail: str
-
-
-class SessionEnd(Event, tag="session_end", kw_only=True):
-    """The call ended with ``outcome``."""
-
-    outcome: str | None = None
-    reason: str | None = None
-
-
-AnyEvent = Union[  # noqa: UP007 - msgspec needs a Union object for tagged decoding
-    SessionStart,
-    Utterance,
-    SpeechCorrection,
-    UtteranceSuperseded,
-    SlotWrite,
-    SlotRefused,
-    SlotClear,
+from .log.events import (
+    EVENT_TYPES,
     Advance,
-    SteeringNote,
+    AdvanceBy,
+    AnyEvent,
+    Degraded,
+    EnvWrite,
+    Event,
+    External,
     NoteConsumed,
+    NoteKind,
+    Role,
+    SessionEnd,
+    SessionStart,
+    SlotClear,
+    SlotRefused,
+    SlotStatus,
+    SlotWrite,
+    SpeechCorrection,
+    SteeringNote,
     ToolCall,
     ToolResult,
-    EnvWrite,
+    Utterance,
+    UtteranceSuperseded,
     Verdict,
-    External,
-    Degraded,
-    SessionEnd,
-]
-
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
-}
-
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(AnyEvent)
-
-
-def encode(event: Event) -> bytes:
-    """The event's JSON form (one line, no newline)."""
-    return _encoder.encode(event)
-
-
-def decode(line: bytes | str) -> Event:
-    """Parse one JSON line into its event type; raises ``msgspec.ValidationError``/``DecodeError``."""
-    return _decoder.decode(line)
-
-
-def stamp(event: Event, version: int, at: float) -> None:
-    """Stamp ``version`` and ``at`` in place (only the log calls this)."""
-    msgspec.structs.force_setattr(event, "version", version)
-    msgspec.structs.force_setattr(event, "at", at)
-
+    WrittenBy,
+    decode,
+    encode,
+    stamp,
+)
 
 __all__ = [
     "EVENT_TYPES",
     "Advance",
+    "AdvanceBy",
     "AnyEvent",
     "Degraded",
     "EnvWrite",
     "Event",
     "External",
     "NoteConsumed",
+    "NoteKind",
+    "Role",
     "SessionEnd",
     "SessionStart",
     "SlotClear",
     "SlotRefused",
+    "SlotStatus",
     "SlotWrite",
     "SpeechCorrection",
     "SteeringNote",
@@ -252,7 +56,9 @@ __all__ = [
     "Utterance",
     "UtteranceSuperseded",
     "Verdict",
+    "WrittenBy",
     "decode",
     "encode",
     "stamp",
 ]
+

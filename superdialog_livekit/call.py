@@ -94,8 +94,8 @@ def dispatch_metadata(ctx: Any) -> dict[str, Any]:
 
 
 def _value_context(playbook: Playbook) -> Any:
-    from superdialog_core.startup import anchor_time, language_of
-    from superdialog_core.values import ValueContext
+    from superdialog_core.turn.startup import anchor_time, language_of
+    from superdialog_core.values.coerce import ValueContext
 
     return ValueContext(
         now=anchor_time(playbook, None),
@@ -112,7 +112,7 @@ def validate_call_start(values: Mapping[str, Any], playbook: Playbook) -> dict[s
     that do not fit) runs here, before the greeting, with one addition for dispatch payloads:
     an empty string counts as missing (a backend that sends ``""`` for an unknown id).
     """
-    from superdialog_core.startup import check_call_start
+    from superdialog_core.turn.startup import check_call_start
 
     cleaned = {key: (None if value == "" else value) for key, value in values.items()}
     return check_call_start(playbook, cleaned, _value_context(playbook))

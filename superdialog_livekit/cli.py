@@ -78,7 +78,7 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 
 def playbook_json_schema() -> dict[str, Any]:
     """JSON Schema for editors: a ``oneOf`` of the full and the simple format."""
-    from superdialog_core.simple import SimpleDoc
+    from superdialog_core.format.simple import SimpleDoc
 
     full = Playbook.model_json_schema(by_alias=True)
     simple = SimpleDoc.model_json_schema(by_alias=True)

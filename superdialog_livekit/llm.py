@@ -239,7 +239,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         Unset ``${VARS}`` (ConfigError), unknown call.* names and call-start values that do not
         fit (CallStartError), each listing every problem, before the caller hears anything.
         """
-        from superdialog_core.startup import (
+        from superdialog_core.turn.startup import (
             anchor_time,
             check_call_start,
             check_call_values,
@@ -247,7 +247,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             phone_region,
             resolve_env,
         )
-        from superdialog_core.values import ValueContext
+        from superdialog_core.values.coerce import ValueContext
 
         resolve_env(self._playbook)
         call = check_call_values({k: v for k, v in self._call.items() if k != "session_id"}, "-")

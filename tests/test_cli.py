@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from superdialog_core.yaml12 import load_yaml
+from superdialog_core.format.yaml12 import load_yaml
 
 from tests.paths import EXAMPLES as EXAMPLES_DIR
 

@@ -10,18 +10,18 @@ from zoneinfo import ZoneInfo
 import jsonschema
 import pytest
 from superdialog_core import events as ev
-from superdialog_core.director import (
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import ConversationState
+from superdialog_core.playbook import Playbook
+from superdialog_core.roles.director import (
     STABLE_END,
     TRANSCRIPT_HEADER,
     build_director_request,
     stable_prompt,
     verdict_schema,
 )
-from superdialog_core.log import EventLog
-from superdialog_core.playbook import Playbook
-from superdialog_core.state import ConversationState
-from superdialog_core.values import ValueContext
-from superdialog_core.verdict import VerdictError, apply_verdict, parse_verdict
+from superdialog_core.roles.verdict import VerdictError, apply_verdict, parse_verdict
+from superdialog_core.values.coerce import ValueContext
 
 SECRET = "sk-secret-123"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core import ExprError, compile_expr, evaluate
-from superdialog_core.expr import CompiledExpr, ExprContext
+from superdialog_core.lang.expr import CompiledExpr, ExprContext
 
 SCOPE: dict[str, Any] = {
     "slots": {"city": "Pune", "n": 3, "prefs": {"seat": "window"}, "tags": ["a", "b"]},

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from superdialog_core import Playbook, PlaybookError
-from superdialog_core.flow import compile_flow
+from superdialog_core.format.flow import compile_flow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_flow.json"
 

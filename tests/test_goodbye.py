@@ -11,13 +11,13 @@ import pytest
 from loopback import LoopbackServer
 from superdialog_core import Playbook, Runtime, ScriptedDirector, ScriptedTalker
 from superdialog_core import events as ev
-from superdialog_core.goodbye import (
+from superdialog_core.playbook import DEFAULT_GOODBYE_WORDS
+from superdialog_core.roles.goodbye import (
     is_clear_goodbye,
     is_frustration,
     is_meta_instruction,
     is_spoken_goodbye,
 )
-from superdialog_core.playbook import DEFAULT_GOODBYE_WORDS
 
 WORDS = DEFAULT_GOODBYE_WORDS
 # The shared dental example, verbatim (books through env CLINIC_API_BASE/CLINIC_API_TOKEN).

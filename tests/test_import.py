@@ -26,9 +26,9 @@ for name in superdialog_core.__all__:
             raise
         missing.append(name)
 modules = []
-for info in pkgutil.iter_modules(superdialog_core.__path__):
-    importlib.import_module(f"superdialog_core.{info.name}")
-    modules.append(info.name)
+for info in pkgutil.walk_packages(superdialog_core.__path__, "superdialog_core."):
+    importlib.import_module(info.name)
+    modules.append(info.name.removeprefix("superdialog_core."))
 livekit = sorted(m for m in sys.modules if m == "livekit" or m.startswith("livekit."))
 print(json.dumps({"touched": touched, "missing": missing, "modules": modules,
                   "livekit": livekit}))
@@ -50,7 +50,8 @@ def probe() -> dict[str, list[str]]:
 
 def test_core_and_every_public_name_leave_livekit_unimported(probe: dict[str, list[str]]) -> None:
     assert "EventLog" in probe["touched"] and "ConversationState" in probe["touched"]
-    assert "log" in probe["modules"] and "state" in probe["modules"]
+    assert "log.eventlog" in probe["modules"] and "log.state" in probe["modules"]
+    assert "turn.runtime" in probe["modules"] and "format.playbook" in probe["modules"]
     assert probe["livekit"] == [], f"superdialog_core imported LiveKit: {probe['livekit']}"
 
 

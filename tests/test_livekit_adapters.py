@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from livekit.plugins import openai
-from superdialog_core.models import DirectorRequest, TalkerRequest
+from superdialog_core.roles.models import DirectorRequest, TalkerRequest
 
 from superdialog_livekit.adapters import (
     LiveKitDirector,
@@ -134,7 +134,7 @@ def test_chat_context_rejects_unknown_roles() -> None:
 
 
 def test_adapters_satisfy_the_engine_protocols() -> None:
-    from superdialog_core.models import DirectorModel, TalkerModel
+    from superdialog_core.roles.models import DirectorModel, TalkerModel
 
     model = openai.LLM(model="m", base_url="http://127.0.0.1:1/v1", api_key="k")
     assert isinstance(LiveKitDirector(model), DirectorModel)

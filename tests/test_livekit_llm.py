@@ -481,7 +481,7 @@ async def test_the_director_defaults_to_the_same_talker_llm(
 
 
 async def test_max_call_seconds_ends_a_silent_call_with_the_timeout_line(playbook: Playbook) -> None:
-    from superdialog_core.turnflow import TIMEOUT_LINE
+    from superdialog_core.turn.turnflow import TIMEOUT_LINE
 
     timed = Playbook.from_yaml(PLAYBOOK.replace("policies:\n", "policies:\n  max_call_seconds: 0.4\n"))
     dialog = DialogMachineLLM(timed, talker=TalkerLLM(["x"]), director=DirectorLLM([]))
@@ -525,7 +525,7 @@ async def test_the_talker_request_goes_out_before_the_directors_prompt_is_built(
     playbook: Playbook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SPEC §14: at a soft gate nothing non-essential sits before the Talker's request."""
-    import superdialog_core.director as director_module
+    import superdialog_core.roles.director as director_module
 
     order: list[str] = []
     build = director_module.build_director_request

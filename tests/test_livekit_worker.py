@@ -175,7 +175,7 @@ async def test_a_room_name_reused_after_its_call_ended_gets_a_new_log(
 
 
 def test_a_room_name_that_cannot_name_a_file_is_made_safe() -> None:
-    from superdialog_core.stores import validate_session_id
+    from superdialog_core.log.stores import validate_session_id
 
     def ctx(name: str) -> SimpleNamespace:
         return SimpleNamespace(job=SimpleNamespace(room=SimpleNamespace(name=name)),

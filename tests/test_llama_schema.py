@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 from superdialog_core import Playbook
-from superdialog_core.director import verdict_schema
-from superdialog_core.state import ConversationState
+from superdialog_core.log.state import ConversationState
+from superdialog_core.roles.director import verdict_schema
 
 from superdialog_livekit.llama_schema import llama_safe_schema
 

@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core import Playbook, PlaybookError
-from superdialog_core.loader import detect_format, load_document, load_text
-from superdialog_core.yaml12 import dump_yaml_text, load_yaml
+from superdialog_core.format.loader import detect_format, load_document, load_text
+from superdialog_core.format.yaml12 import dump_yaml_text, load_yaml
 
 from tests.paths import EXAMPLES as EXAMPLES_DIR
 
@@ -211,8 +211,8 @@ def test_rule_ids_default_and_survive_the_round_trip() -> None:
 
 def test_load_text_sniffs_json() -> None:
     doc = {"journeys": {"main": {"checkpoints": [{"id": "only", "terminal": True}]}}}
-    assert load_text(json.dumps(doc)).initial_ref == "main.only"
-    assert load_document(doc).initial_ref == "main.only"
+    assert load_text(Playbook, json.dumps(doc)).initial_ref == "main.only"
+    assert load_document(Playbook, doc).initial_ref == "main.only"
 
 
 TRICKY = ["no", "yes", "on", "off", "~", "null", "10:30", "0o17", "017", "1e3", ".inf", "2026-12-01",

@@ -23,10 +23,10 @@ import jsonschema
 import pytest
 from livekit.agents import AgentSession
 from superdialog_core import Playbook
-from superdialog_core.director import parse_verdict
 from superdialog_core.events import Degraded, Utterance, Verdict
-from superdialog_core.log import EventLog
-from superdialog_core.state import ConversationState
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import ConversationState
+from superdialog_core.roles.director import parse_verdict
 
 from superdialog_livekit import DialogAgent, DialogMachineLLM
 from superdialog_livekit.adapters import LiveKitDirector, LiveKitTalker, model_hints

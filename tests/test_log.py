@@ -11,7 +11,7 @@ from superdialog_core.events import (
     Utterance,
     encode,
 )
-from superdialog_core.log import EventLog, LogCorruptError
+from superdialog_core.log.eventlog import EventLog, LogCorruptError
 
 
 def _fixed_clock() -> float:

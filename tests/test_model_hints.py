@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from livekit.plugins import openai
-from superdialog_core.director import parse_verdict
-from superdialog_core.models import DirectorRequest, TalkerRequest
+from superdialog_core.roles.director import parse_verdict
+from superdialog_core.roles.models import DirectorRequest, TalkerRequest
 
 from superdialog_livekit.adapters import LiveKitDirector, LiveKitTalker, ModelHints, model_hints
 from superdialog_livekit.llama_schema import llama_safe_schema

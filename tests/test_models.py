@@ -14,7 +14,7 @@ from superdialog_core import (
     TalkerModel,
     TalkerRequest,
 )
-from superdialog_core.models import chunk_words
+from superdialog_core.roles.models import chunk_words
 
 
 def dreq(text: str = "hi") -> DirectorRequest:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from superdialog_core import Playbook, PlaybookError
 from superdialog_core.errors import Problem
-from superdialog_core.simple import language_name
+from superdialog_core.format.simple import language_name
 
 from tests.paths import EXAMPLES as EXAMPLES_DIR
 

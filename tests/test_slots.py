@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 from superdialog_core import events as ev
-from superdialog_core.log import EventLog
-from superdialog_core.playbook import Playbook
-from superdialog_core.slots import (
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.slots import (
     plan_confirm,
     plan_deny,
     plan_withdraw,
@@ -18,7 +17,8 @@ from superdialog_core.slots import (
     requires_status,
     same_value,
 )
-from superdialog_core.state import ConversationState
+from superdialog_core.log.state import ConversationState
+from superdialog_core.playbook import Playbook
 
 DOC: dict[str, Any] = {
     "name": "slots-test",

@@ -6,7 +6,7 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import pytest
 from jinja2 import ChainableUndefined
-from superdialog_core.spoken import spoken_date, spoken_digits, spoken_time
+from superdialog_core.lang.spoken import spoken_date, spoken_digits, spoken_time
 
 
 @pytest.mark.parametrize(

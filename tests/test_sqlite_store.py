@@ -17,7 +17,7 @@ from superdialog_core import (
     SQLiteStore,
 )
 from superdialog_core import events as ev
-from superdialog_core.log import LogCorruptError
+from superdialog_core.log.eventlog import LogCorruptError
 
 PLAYBOOK = """
 journeys:

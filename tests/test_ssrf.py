@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from loopback import LoopbackServer, Reply
-from superdialog_core.http import pinned_http_client, send
-from superdialog_core.ssrf import (
+from superdialog_core.tools.http import pinned_http_client, send
+from superdialog_core.tools.ssrf import (
     HostUnresolved,
     UrlRefused,
     blocked_reason,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from superdialog_core import events as ev
-from superdialog_core.log import EventLog
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import STATE_FIELDS, ConversationState
 from superdialog_core.playbook import Playbook
-from superdialog_core.state import STATE_FIELDS, ConversationState
 
 DOC: dict[str, Any] = {
     "name": "state-test",

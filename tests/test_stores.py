@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from superdialog_core import events as ev
-from superdialog_core import stores as stores_module
-from superdialog_core.log import EventLog, LogCorruptError
-from superdialog_core.stores import JsonlStore, LogStore, MemoryStore, validate_session_id
+from superdialog_core.log import stores as stores_module
+from superdialog_core.log.eventlog import EventLog, LogCorruptError
+from superdialog_core.log.stores import JsonlStore, LogStore, MemoryStore, validate_session_id
 
 DAY = 86_400.0
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core import events as ev
-from superdialog_core.expr import compile_expr
-from superdialog_core.log import EventLog
+from superdialog_core.lang.expr import compile_expr
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import ConversationState
 from superdialog_core.playbook import Playbook
-from superdialog_core.state import ConversationState
-from superdialog_core.talker import (
+from superdialog_core.roles.talker import (
     PLACEHOLDER,
     NeverSayFilter,
     build_talker_request,

@@ -7,11 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core import events as ev
-from superdialog_core.log import EventLog
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import ConversationState
 from superdialog_core.playbook import Playbook
-from superdialog_core.state import ConversationState
-from superdialog_core.transcript_packing import pack_transcript as _pack
-from superdialog_core.transcript_packing import packed_transcript as _packed
+from superdialog_core.roles.transcript_packing import pack_transcript as _pack
+from superdialog_core.roles.transcript_packing import packed_transcript as _packed
 
 DOC: dict[str, Any] = {"journeys": {"j": {"checkpoints": [{"id": "a", "goal": "talk"}]}}}
 

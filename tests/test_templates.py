@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from superdialog_core.templates import (
+from superdialog_core.lang.templates import (
     TemplateError,
     TemplateRefusal,
     compile_speech,
@@ -388,7 +388,7 @@ def test_deep_templates_are_a_compile_error_not_a_recursion_error(source: str) -
 
 
 def test_rendering_never_parses_or_compiles_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from superdialog_core import templates, tool_templates
+    from superdialog_core.lang import templates, tool_templates
 
     speech = compile_speech("Hi {{ slots.name }} on {{ slots.day | spoken_date }}{{ 1/0 }}")
     tool = compile_tool_text("https://x.example/{{ slots.name }}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from superdialog_core import EventLog, Playbook
 from superdialog_core.events import Event
-from superdialog_core.state import ConversationState
-from superdialog_core.tools import ToolRunner
+from superdialog_core.log.state import ConversationState
+from superdialog_core.tools.runner import ToolRunner
 
 PLAYBOOK = """
 journeys:

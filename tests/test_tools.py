@@ -20,12 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loopback import LoopbackServer, RecordedRequest, Reply, closed_port
 from superdialog_core import events as ev
-from superdialog_core.http import is_secret_key, redact_body, redact_url
-from superdialog_core.log import EventLog
+from superdialog_core.format.yaml12 import load_yaml
+from superdialog_core.log.eventlog import EventLog
+from superdialog_core.log.state import ConversationState
 from superdialog_core.playbook import Playbook
-from superdialog_core.state import ConversationState
-from superdialog_core.tools import PipelineOutcome, ToolRunner, bind_python_tool, is_refused
-from superdialog_core.yaml12 import load_yaml
+from superdialog_core.tools.http import is_secret_key, redact_body, redact_url
+from superdialog_core.tools.runner import PipelineOutcome, ToolRunner, bind_python_tool, is_refused
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 

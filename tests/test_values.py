@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from superdialog_core.playbook import SlotSpec
-from superdialog_core.values import (
+from superdialog_core.values.coerce import (
     ValueContext,
     ValueRefused,
     coerce,

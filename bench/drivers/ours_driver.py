@@ -85,7 +85,7 @@ def load() -> tuple[float, NewCall]:
     playbook = Playbook.load(PLAYBOOK)
     # What a worker's prewarm does (SPEC §10): dateparser's first call is slow and would land,
     # in a thread, inside the first measured turns.
-    from superdialog_core.values import warm_up
+    from superdialog_core.values.coerce import warm_up
 
     warm_up("en")
 
