@@ -109,15 +109,19 @@ async def test_talker_cancellation_closes_the_http_stream() -> None:
     async with FakeOpenAIServer(talker=[" ".join(f"w{i}" for i in range(50))], token_delay=0.02) as server:
         talker = LiveKitTalker(_llm(server))
         got: list[str] = []
+        first = asyncio.Event()
 
         async def consume() -> None:
             request = TalkerRequest(messages=[{"role": "user", "content": "hi"}], purpose="opening",
                                     spoke_from_version=1)
             async for piece in talker.speak(request):
                 got.append(piece)
+                first.set()
 
         task = asyncio.create_task(consume())
-        await asyncio.sleep(0.15)
+        # Cancel once streaming has begun (not after a fixed sleep: a loaded machine may take
+        # longer than any sleep to deliver the first token).
+        await asyncio.wait_for(first.wait(), timeout=30)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
