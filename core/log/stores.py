@@ -51,6 +51,32 @@ class LogStore(Protocol):
         ...
 
 
+class StoreConflict(Exception):
+    """Another writer appended to this call's log first; nothing of the batch was stored.
+
+    Two workers that both run one call (a job re-dispatched while the first worker still
+    lives) can never both append: the store takes the first batch for a version and refuses
+    the second, so the stored log stays one contiguous history. The refused worker must stop
+    writing (its copy of the call has diverged); ``expected`` is the version it appended
+    after, ``stored`` the version the store already holds.
+    """
+
+    def __init__(self, session_id: str, *, expected: int, stored: int, store: str = "") -> None:
+        where = f" in {store}" if store else ""
+        super().__init__(
+            f"session {session_id!r}: another writer appended to this call's log{where} "
+            f"(it holds version {stored}, this writer appended after {expected}); this worker "
+            "no longer owns the call and must stop writing it"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.stored = stored
+
+
+class StoreUnavailable(ConnectionError):
+    """The store did not answer (its message names where it was looked for and the fix)."""
+
+
 def validate_session_id(session_id: str) -> str:
     """Return ``session_id`` if it can name a log file, else raise ``ValueError`` saying why."""
     if not isinstance(session_id, str):
@@ -336,4 +362,7 @@ def _unlink(path: Path) -> bool:
     return True
 
 
-__all__ = ["JsonlStore", "LogStore", "MemoryStore", "validate_session_id"]
+__all__ = [
+    "JsonlStore", "LogStore", "MemoryStore", "StoreConflict", "StoreUnavailable",
+    "validate_session_id",
+]
