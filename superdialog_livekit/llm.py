@@ -165,6 +165,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         Raises ``CallStartError``/``ConfigError`` (every problem listed) if it cannot start.
         """
         if self._runtime is None:
+            from livekit.agents.telemetry import tracer
             from superdialog_core import Runtime
 
             call = dict(self._call)
@@ -173,7 +174,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             self._runtime = Runtime(
                 self._playbook, director=self._director, talker=self._talker,
                 call_start=self._call_start or None, call=call or None, session_id=session_id,
-                on_late_line=self._late_line, **self._options,
+                on_late_line=self._late_line, tracer=tracer, **self._options,
             )
         return self._runtime
 
