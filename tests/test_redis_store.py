@@ -136,18 +136,35 @@ async def test_repair_keeps_the_valid_prefix_and_sets_the_list_aside(store: Redi
         from superdialog_core.log.eventlog import LogCorruptError
         with pytest.raises(LogCorruptError) as caught:
             await store.load("call-1")
-        assert caught.value.line == 3 and "#call-1" in str(caught.value)
-        repaired = await store.repair("call-1")
-        assert repaired is not None and repaired.version == 2
+        assert caught.value.line == 3 and "#superdialog:{call-1}:log" in str(caught.value)
+        report = await store.repair("call-1")
+        assert report is not None and report.repaired and report.log.version == 2
+        assert (report.cut_records, report.line) == (1, 3)
+        assert report.cut_bytes == len(b'{"type":"utterance","ver') + 1
         assert (await store.load("call-1")).version == 2
         aside = [k async for k in raw.scan_iter(match=f"{store.key('call-1')}:corrupt:*")]
-        assert len(aside) == 1 and await raw.llen(aside[0]) == 3
+        assert [a.decode() for a in aside] == [report.set_aside] and await raw.llen(aside[0]) == 3
+        healthy = await store.repair("call-1")  # nothing left to cut: nothing written
+        assert healthy is not None and not healthy.repaired and healthy.log.version == 2
+        assert await store.repair("unknown") is None
+        repaired = report.log
         await store.append("call-1", events(repaired, "three"))  # appends continue the prefix
         assert (await store.load("call-1")).version == 3
         assert await store.erase("call-1")
         assert [k async for k in raw.scan_iter(match="*call-1*")] == []
     finally:
         await raw.aclose()
+
+
+async def test_a_key_of_another_type_is_a_corrupt_log_not_a_driver_error(
+        store: RedisStore, redis_server: RedisServer) -> None:
+    import redis.asyncio as aioredis
+    from superdialog_core.log.eventlog import LogCorruptError
+
+    async with aioredis.from_url(redis_server.url) as raw:
+        await raw.set(store.key("odd"), "not a list")
+    with pytest.raises(LogCorruptError, match="holds a Redis string"):
+        await store.load("odd")
 
 
 async def test_redis_down_at_start_is_a_clear_error_naming_the_url() -> None:

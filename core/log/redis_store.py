@@ -41,7 +41,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .eventlog import EventLog, LogCorruptError, to_jsonl
 from .events import Event
-from .stores import StoreConflict, StoreUnavailable, _check_batch, _cutoff, validate_session_id
+from .stores import (
+    RepairReport,
+    StoreConflict,
+    StoreUnavailable,
+    _check_batch,
+    _cutoff,
+    validate_session_id,
+)
 
 __all__ = ["RedisStore"]
 
@@ -184,11 +191,10 @@ class RedisStore:
     # --- the LogStore protocol ----------------------------------------------------------
 
     async def load(self, session_id: str) -> EventLog | None:
-        key = self.key(session_id)
-        lines = await self._call(self._redis.lrange, key, 0, -1)
-        if not lines:
+        lines = await self._lines(session_id)
+        if lines is None:
             return None
-        return EventLog.from_jsonl(_text(lines), source=f"{self.url}#{session_id}")
+        return EventLog.from_jsonl(_text(lines), source=self._source(session_id))
 
     async def append(self, session_id: str, events: Sequence[Event]) -> None:
         """Store stamped events that follow what is stored; ``StoreConflict`` when another
@@ -203,7 +209,7 @@ class RedisStore:
             self._append_script, keys=[key, self._index],
             args=[base, self._ttl, time.time(), session_id, *lines],
         )
-        status = status.decode() if isinstance(status, bytes) else status
+        status = _str(status)
         if status in ("ok", "again"):
             return
         if status == "gap":
@@ -221,31 +227,38 @@ class RedisStore:
         await self._call(self._redis.zrem, self._index, session_id)
         return deleted > 0
 
-    async def repair(self, session_id: str) -> EventLog | None:
-        """Make a corrupt log resumable: keep its valid prefix, set the bad list aside.
+    async def repair(self, session_id: str) -> RepairReport | None:
+        """Keep the valid prefix of a damaged log, cut the rest; None for an unknown session.
 
-        Returns the log as stored afterwards (None for an unknown session). The whole corrupt
-        list is kept under ``<key>:corrupt:<unix ms>`` (erase and the TTL cover it).
+        The cut happens in one script, only if nobody appended since the log was read
+        (``StoreConflict`` otherwise), after the whole list was copied to
+        ``<key>:corrupt:<unix ms>`` (named in ``set_aside``; erase and the TTL cover it). A
+        healthy log is left as it is. Appends no event (the runtime logs ``log_repaired``).
         """
         key = self.key(session_id)
-        lines = await self._call(self._redis.lrange, key, 0, -1)
-        if not lines:
+        lines = await self._lines(session_id)
+        if lines is None:
             return None
-        source = f"{self.url}#{session_id}"
         try:
-            return EventLog.from_jsonl(_text(lines), source=source)
+            log = EventLog.from_jsonl(_text(lines), source=self._source(session_id))
         except LogCorruptError as exc:
-            log = exc.prefix
+            bad = exc
+        else:
+            return RepairReport(session_id, log)
+        log = bad.prefix
         aside = f"{key}:corrupt:{int(time.time() * 1000)}"
         status, stored = await self._call(
-            self._repair_script, keys=[key, aside],
-            args=[len(lines), log.version, self._ttl or 0],
+            self._repair_script, keys=[key, aside], args=[len(lines), log.version, self._ttl],
         )
-        if (status.decode() if isinstance(status, bytes) else status) != "ok":
+        if _str(status) != "ok":
             raise StoreConflict(session_id, expected=len(lines), stored=int(stored), store=self.url)
-        logger.warning("session %s: log cut to its valid prefix (version %d of %d lines); "
-                       "the corrupt list is kept as %s", session_id, log.version, len(lines), aside)
-        return log
+        cut = lines[log.version:]
+        logger.warning("session %s: log cut to its valid prefix (version %d; %d records from "
+                       "record %d on: %s); the whole list is kept as %s", session_id,
+                       log.version, len(cut), bad.line, bad.reason, aside)
+        return RepairReport(session_id, log, cut_records=len(cut),
+                            cut_bytes=sum(len(line) + 1 for line in cut), line=bad.line,
+                            reason=bad.reason, set_aside=aside)
 
     async def purge_expired(
         self, retention_days: int, now: float | datetime | None = None
@@ -270,6 +283,20 @@ class RedisStore:
         await self._redis.aclose()
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _source(self, session_id: str) -> str:
+        return f"{self.url}#{self.key(session_id)}"
+
+    async def _lines(self, session_id: str) -> list[bytes] | None:
+        """The stored lines of a log (None: unknown); a key of another type is corrupt."""
+        key = self.key(session_id)
+        try:
+            lines = await self._call(self._redis.lrange, key, 0, -1)
+        except self._errors.ResponseError as exc:  # WRONGTYPE: someone wrote another type
+            kind = _str(await self._call(self._redis.type, key))
+            raise LogCorruptError(1, f"the key holds a Redis {kind}, not a list of events "
+                                  f"({exc})", EventLog(), self._source(session_id)) from exc
+        return lines or None
 
     async def _scan(self, pattern: str) -> Any:
         cursor: int | bytes = 0
