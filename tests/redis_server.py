@@ -29,7 +29,8 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process on 127.0.0.1 (``url``), restartable on the same port."""
 
-    def __init__(self, directory: Path, *, password: str | None = None) -> None:
+    def __init__(self, directory: Path, *, password: str | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -41,11 +42,14 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.password = password
+        self.tls = tls  # (certificate, key): serve TLS only (rediss://), the cert is its own CA
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls[0]}"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
@@ -57,6 +61,11 @@ class RedisServer:
         ]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls is not None:
+            cert, key = self.tls
+            args[1:3] = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert),
+                         "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+                         "--tls-auth-clients", "no"]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -66,6 +75,8 @@ class RedisServer:
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {tail}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    if self.tls is not None:
+                        return self  # listening; the TLS handshake is the client's test
                     sock.sendall(b"PING\r\n")
                     answer = sock.recv(64)
                 if answer.startswith((b"+PONG", b"-NOAUTH")):

@@ -150,3 +150,17 @@ async def test_a_second_worker_on_the_same_call_gets_store_conflict(
     finally:
         await store_a.aclose()
         await store_b.aclose()
+
+
+async def test_redis_down_when_a_call_starts_is_an_error_naming_the_url(booking: LoopbackServer) -> None:
+    from redis_server import free_port
+    from superdialog_core.log.stores import StoreUnavailable
+
+    port = free_port()
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    rt = Runtime(playbook(), ScriptedDirector([]), ScriptedTalker(["Hi."]), store=store,
+                 session_id="down-1")
+    with pytest.raises(StoreUnavailable, match=rf"Redis at redis://127\.0\.0\.1:{port}/0 did not answer"):
+        await rt.start()
+    assert rt.log.version == 0  # nothing was said or logged
+    await store.aclose()

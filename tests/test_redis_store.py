@@ -197,6 +197,35 @@ async def test_password_from_the_url(tmp_path: Path) -> None:
         await bad.aclose()
 
 
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (made with the openssl command)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make a test certificate: apt-get install openssl")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+async def test_rediss_urls_speak_tls(tmp_path: Path, certificate: tuple[Path, Path]) -> None:
+    with RedisServer(tmp_path / "tls", password="pw-2", tls=certificate) as server:
+        assert server.url.startswith("rediss://:pw-2@127.0.0.1:")
+        store = RedisStore(server.url)
+        await store.append("call-1", events(EventLog(), "over TLS"))
+        assert [e.text for e in await store.load("call-1")] == ["over TLS"]
+        await store.aclose()
+        plain = RedisStore(f"redis://:pw-2@127.0.0.1:{server.port}/0", timeout=1.0)
+        with pytest.raises(StoreUnavailable):  # plain text to a TLS port never answers
+            await plain.load("call-1")
+        await plain.aclose()
+
+
 async def test_weak_durability_is_warned_about_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with RedisServer(tmp_path / "weak") as server:
         store = RedisStore(server.url)
