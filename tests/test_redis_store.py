@@ -246,3 +246,23 @@ async def test_slot_values_round_trip(store: RedisStore) -> None:
     log.append(SlotWrite(key="name", value="Zoë \u2028 \"quoted\"\nline", status="provisional", by="director"))
     await store.append("call-1", log.since(0))
     assert (await store.load("call-1")).to_jsonl() == log.to_jsonl()
+
+
+def test_redis_py_is_imported_only_when_a_redis_store_is_made() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import superdialog_core, superdialog_core.log.redis_store\n"
+        "from superdialog_core import RedisStore, StoreConflict, Runtime\n"
+        "assert 'redis' not in sys.modules, 'imported with the package'\n"
+        "sys.modules['redis'] = None  # as if the extra were not installed\n"
+        "try:\n"
+        "    RedisStore('redis://127.0.0.1:6379/0')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'superdialog-livekit[redis]'" in done.stdout

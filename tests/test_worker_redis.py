@@ -84,3 +84,24 @@ async def test_redis_down_at_start_is_a_clear_error_naming_the_url() -> None:
         await worker.check_store(store)
     await store.aclose()
     await worker.check_store(JsonlStore("unused"))  # a file store has nothing to check
+
+
+async def test_prewarm_retention_purges_redis_on_its_own_thread(redis_server: RedisServer) -> None:
+    import time
+
+    import redis.asyncio as aioredis
+    from superdialog_core import EventLog
+    from superdialog_core.events import Utterance
+
+    store = RedisStore(redis_server.url)
+    for sid in ("old-call", "new-call"):
+        log = EventLog()
+        log.append(Utterance(role="user", text="hi"))
+        await store.append(sid, log.since(0))
+    async with aioredis.from_url(redis_server.url) as raw:  # the old call was last touched 40 days ago
+        await raw.zadd("superdialog:sessions", {"old-call": time.time() - 40 * 86_400})
+    thread = worker.purge_expired_logs(playbook_keeping_logs(30), RedisStore(redis_server.url))
+    assert thread is not None
+    thread.join(timeout=30)
+    assert await store.load("old-call") is None and await store.load("new-call") is not None
+    await store.aclose()
