@@ -164,3 +164,30 @@ async def test_redis_down_when_a_call_starts_is_an_error_naming_the_url(booking:
         await rt.start()
     assert rt.log.version == 0  # nothing was said or logged
     await store.aclose()
+
+
+async def test_a_store_that_never_returns_is_given_up_loudly_after_the_call_ended(
+        redis_server: RedisServer, booking: LoopbackServer, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from superdialog_core.turn import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "STORE_RETRY_FIRST", 0.01)
+    monkeypatch.setattr(runtime_module, "STORE_ATTEMPTS_AFTER_END", 2)
+    store = RedisStore(redis_server.url, timeout=0.5)
+    late: list[str] = []
+    rt = Runtime(playbook(after=1), ScriptedDirector(VERDICTS), ScriptedTalker(["Hi Ada."]),
+                 store=store, session_id="gone-1", on_late_line=late.append)
+    try:
+        await rt.start()
+        await rt.wait_idle()
+        stored = rt.log.version
+        redis_server.stop()  # and it never comes back
+        with caplog.at_level(logging.WARNING, logger="superdialog_core.runtime"):
+            await rt.user_turn("This is Ada Lovelace")
+            await asyncio.wait_for(rt.wait_idle(), 10)  # the writer gives up: idle returns
+        assert rt.ended and late == [LINE]
+        gave_up = [r.getMessage() for r in caplog.records if "giving up" in r.getMessage()]
+        assert len(gave_up) == 1
+        assert f"the stored log ends at version {stored}, the call's log at {rt.log.version}" in gave_up[0]
+    finally:
+        await store.aclose()
