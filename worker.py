@@ -7,6 +7,9 @@ Environment:
   SUPERDIALOG_LLM_BASE_URL  an OpenAI-compatible server for the two models only (STT and TTS
                             keep their own settings)
   SUPERDIALOG_LOG_DIR       where call logs are kept as JSONL (default: ./logs)
+  SUPERDIALOG_STORE         redis://[:password@]host:port/db (or rediss:// for TLS): keep call
+                            logs in Redis instead, so a worker on any machine resumes a call
+                            (the TTL is policies.log_retention_days)
   SUPERDIALOG_AGENT_NAME    agent name for explicit dispatch (default: automatic dispatch)
   SUPERDIALOG_CALL_START    call-start values for local runs (JSON; the dispatch wins)
   LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET   the LiveKit server
@@ -59,11 +62,31 @@ def load_playbook(env: Mapping[str, str] = os.environ) -> Playbook:
     return Playbook.load(env.get("PLAYBOOK") or DEFAULT_PLAYBOOK)
 
 
-def log_store(env: Mapping[str, str] = os.environ) -> Any:
-    """The worker's store: a ``JsonlStore`` in ``$SUPERDIALOG_LOG_DIR`` (default ``./logs``)."""
+def log_store(env: Mapping[str, str] = os.environ, playbook: Playbook | None = None) -> Any:
+    """The worker's store: a ``RedisStore`` when ``$SUPERDIALOG_STORE`` names a Redis URL (its
+    TTL from ``policies.log_retention_days``), else a ``JsonlStore`` in
+    ``$SUPERDIALOG_LOG_DIR`` (default ``./logs``)."""
+    url = (env.get("SUPERDIALOG_STORE") or "").strip()
+    if url:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"SUPERDIALOG_STORE={url!r} is not a Redis URL; use redis://host:6379/0 "
+                "(rediss:// for TLS), or unset it to keep logs as JSONL in SUPERDIALOG_LOG_DIR"
+            )
+        from superdialog_core import RedisStore
+
+        days = playbook.policies.log_retention_days if playbook is not None else None
+        return RedisStore(url, retention_days=days)
     from superdialog_core import JsonlStore
 
     return JsonlStore(env.get("SUPERDIALOG_LOG_DIR") or "logs")
+
+
+async def check_store(store: Any) -> None:
+    """Make sure the store answers before a call starts (``StoreUnavailable`` naming it)."""
+    ping = getattr(store, "ping", None)
+    if ping is not None:
+        await ping()
 
 
 def purge_expired_logs(playbook: Playbook, store: Any) -> threading.Thread | None:
@@ -76,9 +99,17 @@ def purge_expired_logs(playbook: Playbook, store: Any) -> threading.Thread | Non
     if days is None or store is None:
         return None
 
+    async def run() -> list[str]:
+        try:
+            return await store.purge_expired(days)
+        finally:
+            close = getattr(store, "aclose", None)  # a RedisStore's pool lives on this loop
+            if close is not None:
+                await close()
+
     def purge() -> None:
         try:
-            expired = asyncio.run(store.purge_expired(days))
+            expired = asyncio.run(run())
         except Exception:
             logger.warning("purging call logs older than %d days failed", days, exc_info=True)
             return
@@ -99,7 +130,7 @@ def prewarm(proc: JobProcess) -> None:
 
     playbook = load_playbook()
     proc.userdata["playbook"] = playbook
-    purge_expired_logs(playbook, log_store())
+    purge_expired_logs(playbook, log_store(playbook=playbook))
     proc.userdata["vad"] = silero.VAD.load()
     warm_up(language_of(playbook))
     # What is loaded now (LiveKit, the models, the playbook, the parsers) lives as long as the
@@ -171,7 +202,7 @@ def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
     talker = env.get("TALKER_MODEL") or DEFAULT_TALKER
     director = env.get("DIRECTOR_MODEL") or None
     if store is None:
-        store = log_store(env)
+        store = log_store(env, playbook)
     return DialogMachineLLM(
         playbook, talker=talker, director=director, call_start=call_start, call=call,
         store=store, session_id=session_id, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
@@ -230,11 +261,19 @@ async def entrypoint(ctx: JobContext) -> None:
     playbook = ctx.proc.userdata.get("playbook")
     if playbook is None:  # no prewarm ran in this process: load and apply retention here
         playbook = load_playbook()
-        purge_expired_logs(playbook, log_store())
+        purge_expired_logs(playbook, log_store(playbook=playbook))
     vad = ctx.proc.userdata.get("vad")
     await ctx.connect()
     participant = await ctx.wait_for_participant()
-    store = log_store()
+    store = ctx.proc.userdata.get("store")
+    if store is None:  # one store (one bounded Redis pool) for every job of this process
+        store = ctx.proc.userdata["store"] = log_store(playbook=playbook)
+    try:
+        await check_store(store)
+    except ConnectionError as exc:  # StoreUnavailable: the message names the URL
+        logger.error("call refused before the greeting: the log store is unavailable: %s", exc)
+        await refuse_call(ctx, playbook, vad=vad, phone=is_sip_participant(participant))
+        return
     session_id = await room_session_id(ctx, store)
     try:
         dialog = prepare_call(ctx, playbook, participant, session_id=session_id, store=store)

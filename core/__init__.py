@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "MemoryStore": "log.stores",
     "JsonlStore": "log.stores",
     "SQLiteStore": "log.sqlite_store",
+    "RedisStore": "log.redis_store",
+    "StoreConflict": "log.stores",
 }
 
 __all__ = [*sorted(_EXPORTS), "events"]

@@ -75,6 +75,20 @@ def _as_model(model: Any, *, role: str, base_url: str | None) -> Any:
     return resolve_llm(model, base_url=base_url, role=role)
 
 
+def livekit_tracer() -> Any:
+    """A tracer of LiveKit's tracer provider (``livekit.agents.telemetry.set_tracer_provider``;
+    the global one until that is called), so a LiveKit user's exporter receives the engine's
+    spans. Resolved per call, so a provider set after import counts. LiveKit's own
+    ``telemetry.tracer`` wraps it with a signature bind per span (~0.15 ms here, per turn
+    and per child span), so the provider's tracer is asked for directly when it is known."""
+    from livekit.agents import telemetry
+
+    provider = getattr(telemetry.tracer, "_tracer_provider", None)
+    if provider is None:  # another LiveKit version: its tracer is still the right one
+        return telemetry.tracer
+    return provider.get_tracer("superdialog_livekit")
+
+
 class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
     """Runs one call's playbook behind LiveKit's LLM interface.
 
@@ -173,7 +187,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             self._runtime = Runtime(
                 self._playbook, director=self._director, talker=self._talker,
                 call_start=self._call_start or None, call=call or None, session_id=session_id,
-                on_late_line=self._late_line, **self._options,
+                on_late_line=self._late_line, tracer=livekit_tracer(), **self._options,
             )
         return self._runtime
 

@@ -32,3 +32,12 @@ def test_turn_reports_median_p95_and_growth() -> None:
     assert 0 < result["cpu_ms_median"] <= result["cpu_ms_p95"]
     assert result["cpu_ms_at_turn_10"] > 0 and result["ratio_late_vs_10"] > 0
     assert isinstance(result["ratio_met"], bool)
+
+
+def test_store_append_reports_p50_p95_for_redis_sqlite_and_jsonl() -> None:
+    result = run("store_append.py")
+    assert set(result["stores"]) == {"redis", "sqlite", "jsonl"}
+    for row in result["stores"].values():
+        assert 0 < row["p50_ms"] <= row["p95_ms"] and math.isfinite(row["p95_ms"])
+        assert row["p50_vs_jsonl"] > 0
+    assert result["stores"]["jsonl"]["p50_vs_jsonl"] == 1.0

@@ -205,6 +205,16 @@ DEFAULT_GOODBYE_WORDS = [
 ]
 
 
+class StoreFailurePolicy(_Model):
+    """When the log store stops answering: failed appends are retried with backoff while the
+    call goes on; after ``after`` failed attempts in a row (about 16 s with the default) the
+    call speaks ``line`` and ends (outcome ``error``, reason ``store_failure``)."""
+
+    after: int = Field(default=8, ge=1)
+    line: str = ("I'm sorry, we're having technical trouble and can't continue this call right "
+                 "now. Please call again later. Goodbye.")
+
+
 class Policies(_Model):
     """Conversation policies. From ``phone_region`` on, the fields are ours."""
 
@@ -221,6 +231,7 @@ class Policies(_Model):
     start_failure_line: str = "I'm sorry, something went wrong on our side. Please call again later. Goodbye."
     max_call_seconds: float | None = Field(default=None, gt=0)
     log_retention_days: int | None = Field(default=None, ge=1)
+    store_failure: StoreFailurePolicy = Field(default_factory=StoreFailurePolicy)
 
 
 class GuidelineConfig(_Model):

@@ -15,6 +15,7 @@ import re
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,30 @@ _SECONDS_PER_DAY = 86_400.0
 _CORRUPT = ".corrupt-"  # name part of a corrupt log set aside by ``JsonlStore.repair``
 _REMEMBERED_SESSIONS = 4096  # bound on the per-session "last stored version" memo
 _SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:@+=-]{0,199}")
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What ``LogStore.repair`` did to one session's stored log.
+
+    ``log`` is the log as stored afterwards (the valid prefix; the whole log when it was
+    healthy). ``cut_records`` / ``cut_bytes`` say what was removed (bytes counted as the JSONL
+    lines would be: UTF-8 plus one newline each), ``line`` and ``reason`` name the first bad
+    record, ``set_aside`` where the removed data was kept for inspection (None: nowhere).
+    """
+
+    session_id: str
+    log: EventLog
+    cut_records: int = 0
+    cut_bytes: int = 0
+    line: int | None = None
+    reason: str | None = None
+    set_aside: str | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """True when something was cut."""
+        return self.cut_records > 0 or self.cut_bytes > 0
 
 
 @runtime_checkable
@@ -103,6 +128,32 @@ def _cutoff(retention_days: int, now: float | datetime | None) -> float:
     else:
         now_ts = float(now)
     return now_ts - retention_days * _SECONDS_PER_DAY
+
+
+class StoreConflict(Exception):
+    """Another writer appended to this call's log first; nothing of the batch was stored.
+
+    Two workers that both run one call (a job re-dispatched while the first worker still
+    lives) can never both append: the store takes the first batch for a version and refuses
+    the second, so the stored log stays one contiguous history. The refused worker must stop
+    writing (its copy of the call has diverged); ``expected`` is the version it appended
+    after, ``stored`` the version the store already holds.
+    """
+
+    def __init__(self, session_id: str, *, expected: int, stored: int, store: str = "") -> None:
+        where = f" in {store}" if store else ""
+        super().__init__(
+            f"session {session_id!r}: another writer appended to this call's log{where} "
+            f"(it holds version {stored}, this writer appended after {expected}); this worker "
+            "no longer owns the call and must stop writing it"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.stored = stored
+
+
+class StoreUnavailable(ConnectionError):
+    """The store did not answer (its message names where it was looked for and the fix)."""
 
 
 class MemoryStore:
@@ -336,4 +387,7 @@ def _unlink(path: Path) -> bool:
     return True
 
 
-__all__ = ["JsonlStore", "LogStore", "MemoryStore", "validate_session_id"]
+__all__ = [
+    "JsonlStore", "LogStore", "MemoryStore", "RepairReport", "StoreConflict", "StoreUnavailable",
+    "validate_session_id",
+]

@@ -30,6 +30,7 @@ from ..log.eventlog import EventLog
 from ..log.events import Event, External, SessionStart, SlotWrite, SpeechCorrection, Utterance
 from ..log.slots import plan_withdraw
 from ..log.state import ConversationState
+from ..log.stores import StoreConflict
 from ..values.context import ValueContext
 from .quiesce import Progress
 from .speaker import Speaker, finished
@@ -45,10 +46,12 @@ from .startup import (
     resolve_env,
     warm_values_once,
 )
+from .tracing import CallTracing, trace_tools
 from .turnflow import TurnFlow
 
 if TYPE_CHECKING:
     import httpx
+    from opentelemetry.trace import Tracer
 
     from ..log.stores import LogStore
     from ..roles.models import DirectorModel, TalkerModel
@@ -57,6 +60,12 @@ logger = logging.getLogger("superdialog_core.runtime")
 
 # How long an external event (webhook, timer, silence) waits for a reply still streaming.
 EXTERNAL_PATIENCE = 30.0
+# A failed append is retried after 0.25 s, then twice as long each time, at most 4 s apart
+# (policies.store_failure.after = 8 attempts: about 16 s of an unreachable store).
+STORE_RETRY_FIRST = 0.25
+STORE_RETRY_MAX = 4.0
+# Once the call has ended, the writer gives up after this many more failed attempts (~30 s).
+STORE_ATTEMPTS_AFTER_END = 8
 
 
 @dataclass
@@ -85,7 +94,15 @@ class Runtime:
     persists the log after each turn and resumes a known ``session_id``. ``barrier_timeout``,
     ``hold_timeout`` (default ``policies.hold_timeout``) drive the barrier ladder;
     ``director_timeout`` bounds the model call; ``on_late_line(text)`` receives lines that
-    became due after a reply ended (logged once, just before the call).
+    became due after a reply ended (logged once, just before the call). ``tracer`` (an
+    OpenTelemetry tracer; default: the global provider's) gets a span per turn with the
+    Director call, each Talker segment and each tool call as children (``tracing.py``).
+
+    Persistence: after each reply the new events go to the store in order, in the background.
+    A failing append is logged and retried with backoff while the call goes on; after
+    ``policies.store_failure.after`` failed attempts in a row the call speaks the policy's
+    line and ends. ``StoreConflict`` (another worker appended to this call) stops this
+    runtime writing, and its next turn raises it.
     """
 
     def __init__(
@@ -106,6 +123,7 @@ class Runtime:
         now: datetime | None = None,
         http_client: httpx.AsyncClient | None = None,
         on_late_line: Callable[[str], Any] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         # httpx and the tool runner are imported by the first Runtime, not with the package.
         from ..tools.runner import ToolRunner
@@ -117,7 +135,8 @@ class Runtime:
         if problems:
             raise ConfigError(problems)
         self.playbook = playbook
-        self._director = director
+        self._tracing = CallTracing(tracer)
+        self._director = self._tracing.director(director)
         self._talker = talker
         self._store = store
         self._on_late_line = on_late_line
@@ -141,14 +160,15 @@ class Runtime:
         self._sink: list[Event] | None = None
         self._runner = ToolRunner(playbook, env=self._env, http_client=http_client,
                                   python_tools=python_tools)
+        trace_tools(self._runner, self._tracing)
         missing = [t.id for t in playbook.tools
                    if t.type == "python" and t.id not in (python_tools or {})]
         if missing:  # each call of one will fail its step; say so once, at the start
             logger.warning("python tools not registered (pass python_tools={...}): %s",
                            ", ".join(missing))
         self._progress = Progress(playbook, self.state, self._emit, self._runner, self._env)
-        self._speaker = Speaker(playbook, self.state, self._emit, talker, self._progress,
-                                token_budget=token_budget)
+        self._speaker = Speaker(playbook, self.state, self._emit, self._tracing.talker(talker),
+                                self._progress, token_budget=token_budget)
         self._flow = TurnFlow(self)
         self._started = False
         # Set once the start has adopted the stored log or logged session_start (and settled
@@ -159,7 +179,9 @@ class Runtime:
         self._undelivered: list[Segment] = []  # due lines a stopped reply did not speak
         self._persisted = 0
         self._live: tuple[Reply, asyncio.Task[None] | None] | None = None  # the open stream
-        self._persist_task: asyncio.Task[None] | None = None
+        self._persist_task: asyncio.Task[None] | None = None  # the store writer, when running
+        self._store_failures = 0  # failed appends in a row
+        self._store_conflict: StoreConflict | None = None
         self.last_turn: Turn | None = None
 
     # --- public reading -----------------------------------------------------------------
@@ -204,6 +226,7 @@ class Runtime:
         self._sink = []
         self._live = (reply, None)
         completed = False
+        span = self._begin_span("opening")
         try:
             if await self._resume():
                 completed = True
@@ -232,6 +255,7 @@ class Runtime:
                 self._started = False  # nothing was logged (the store failed): a turn retries
             ready.set()
             self._close(reply, completed, task=None)
+            self._end_span(span, None)
 
     async def _resume(self) -> bool:
         """Adopt the stored log of this session, if there is one (worker failover)."""
@@ -271,6 +295,8 @@ class Runtime:
             self._inflight = None
         if not self._started:
             await self._drain(self._start_stream(False))
+        if self._store_conflict is not None:
+            raise self._store_conflict  # another worker runs this call now
 
     # --- turns --------------------------------------------------------------------------
 
@@ -288,14 +314,16 @@ class Runtime:
         self._live = (reply, None)
         completed = False
         task: asyncio.Task[None] | None = None
+        span = self._begin_span("turn")
         try:
             if self.state.ended:  # post-terminal: log the words, answer with silence
                 self._emit(Utterance(role="user", text=text))
                 completed = True
                 return
             user = self._emit(Utterance(role="user", text=text))
-            if self._flow.over_time():
-                async with aclosing(self._flow.time_up(reply)) as pieces:
+            if self._store_lost() or self._flow.over_time():
+                ending = self._flow.store_failed if self._store_lost() else self._flow.time_up
+                async with aclosing(ending(reply)) as pieces:
                     async for piece in pieces:
                         yield piece
                 completed = True
@@ -310,6 +338,7 @@ class Runtime:
             completed = True
         finally:
             self._close(reply, completed, task)
+            self._end_span(span, task)
 
     async def _decide_after_talker(self, text: str, user_version: int) -> None:
         """The turn's decision, one loop step late: the reply issues its Talker request in the
@@ -346,10 +375,13 @@ class Runtime:
         self._sink = []
         self._live = (reply, None)
         completed = False
+        span = self._begin_span("external")
         try:
             self._emit(External(kind=kind, name=name, payload=payload))
             if not self.state.ended:
-                if time_up or self._flow.over_time():
+                if self._store_lost():
+                    source = self._flow.store_failed(reply)
+                elif time_up or self._flow.over_time():
                     source = self._flow.time_up(reply)
                 elif kind == "silence":
                     source = self._flow.silence(reply)
@@ -361,6 +393,7 @@ class Runtime:
             completed = True
         finally:
             self._close(reply, completed, task=None)
+            self._end_span(span, None)
 
     # --- corrections --------------------------------------------------------------------
 
@@ -440,23 +473,88 @@ class Runtime:
         """Hand new events to the store off the loop, in order, after the reply was streamed."""
         if self._store is None or self.log.version <= self._persisted:
             return
+        if self._persist_task is not None and not self._persist_task.done():
+            return  # the writer is running: it stores these events too before it stops
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop (a sync caller): the next turn persists these events too
-        events = self.log.since(self._persisted)
-        self._persisted = self.log.version
-        self._persist_task = loop.create_task(self._append(self._persist_task, events))
+        self._persist_task = loop.create_task(self._write(), name=f"store:{self.session_id}")
 
-    async def _append(self, previous: asyncio.Task[None] | None, events: list[Event]) -> None:
-        if previous is not None:
-            await finished(previous, None)
-        try:
-            await self._store.append(self.session_id, events)
-        except Exception:
-            # Not silent: logged loudly, and the events are offered again with the next batch.
-            logger.exception("session %s: storing %d events failed", self.session_id, len(events))
-            self._persisted = min(self._persisted, events[0].version - 1)
+    async def _write(self) -> None:
+        """Store every event not stored yet, in order; retry a failing store with backoff.
+
+        Each failure is logged; after ``policies.store_failure.after`` of them in a row the
+        call is ended with the policy's line, and the writer keeps trying, so the stored log
+        catches up when the store answers again. Once the call has ended it gives up after
+        ``STORE_ATTEMPTS_AFTER_END`` more attempts, saying how far the stored log got.
+        ``StoreConflict`` stops it at once: another worker owns the call.
+        """
+        assert self._store is not None
+        policy = self.playbook.policies.store_failure
+        after_end = 0
+        while self.log.version > self._persisted and self._store_conflict is None:
+            events = self.log.since(self._persisted)
+            try:
+                await self._store.append(self.session_id, events)
+            except StoreConflict as exc:
+                logger.error("session %s: %s", self.session_id, exc)
+                self._store_conflict = exc
+                return
+            except Exception as exc:
+                self._store_failures += 1
+                failures = self._store_failures
+                after_end += self.state.ended
+                if after_end > STORE_ATTEMPTS_AFTER_END:
+                    logger.error(
+                        "session %s: the store still fails after %d attempts; giving up: the "
+                        "stored log ends at version %d, the call's log at %d (%s: %s)",
+                        self.session_id, failures, self._persisted, self.log.version,
+                        type(exc).__name__, exc)
+                    return
+                delay = min(STORE_RETRY_FIRST * 2 ** (failures - 1), STORE_RETRY_MAX)
+                logger.warning(
+                    "session %s: storing events %d-%d failed (attempt %d, retrying in %.2g s): "
+                    "%s: %s", self.session_id, events[0].version, events[-1].version, failures,
+                    delay, type(exc).__name__, exc)
+                if failures == policy.after:
+                    self._store_lost_between_turns()
+                await asyncio.sleep(delay)
+                continue
+            if self._store_failures:
+                logger.warning("session %s: the store answers again after %d failed attempts; "
+                               "stored up to version %d", self.session_id, self._store_failures,
+                               events[-1].version)
+                self._store_failures = 0
+            self._persisted = events[-1].version
+
+    def _store_lost(self) -> bool:
+        """The store has failed ``policies.store_failure.after`` times in a row."""
+        return self._store_failures >= self.playbook.policies.store_failure.after
+
+    def _store_lost_between_turns(self) -> None:
+        """The store is lost while nobody speaks: end the call now with the failure line,
+        through ``on_late_line`` (without one, or mid-reply, the next turn ends it)."""
+        if self._live is not None or self._on_late_line is None or self.state.ended:
+            return
+        if self._inflight is not None and not self._inflight.done():
+            return
+        self._inflight = asyncio.get_running_loop().create_task(self._flow.store_failed_late())
+
+    # --- traces -------------------------------------------------------------------------
+
+    def _begin_span(self, kind: str) -> Any:
+        return self._tracing.begin(kind, session_id=self.session_id,
+                                   checkpoint=self.state.checkpoint, version=self.log.version)
+
+    def _end_span(self, span: Any, task: asyncio.Task[None] | None) -> None:
+        """End a turn's span once its decision has landed too (its advances count)."""
+        if span is None:
+            return
+        if task is None or task.done():
+            self._tracing.end(span, self.log, self.state)
+        else:
+            task.add_done_callback(lambda _: self._tracing.end(span, self.log, self.state))
 
     async def wait_idle(self) -> None:
         """Wait for everything this runtime still runs: a decision, late lines, persistence."""

@@ -307,6 +307,36 @@ class TurnFlow:
             async for piece in pieces:
                 yield piece
 
+    async def store_failed(self, reply: Reply) -> AsyncIterator[str]:
+        """The store stopped answering past ``policies.store_failure``: its line, then the end."""
+        rt = self.rt
+        policy = rt.playbook.policies.store_failure
+        rt._emit(Degraded(component="store", detail=(
+            f"the log store failed {policy.after} times in a row; ending the call")))
+        rt._emit(SessionEnd(outcome="error", reason="store_failure"))
+        segment = Segment(kind="line", spoke_from=rt.state.version, text=policy.line,
+                          purpose="store_failure")
+        async with aclosing(rt._speaker.line(reply, segment)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def store_failed_late(self) -> None:
+        """``store_failed`` between turns: the line goes to ``on_late_line`` (logged first)."""
+        rt = self.rt
+        reply = rt._speaker.new_reply()
+        async with aclosing(self.store_failed(reply)) as pieces:
+            async for _ in pieces:
+                pass
+        text = reply.text
+        try:
+            result = rt._on_late_line(text) if rt._on_late_line is not None else None
+            if inspect.iscoroutine(result):
+                await result
+        except Exception as exc:
+            logger.exception("session %s: on_late_line failed", rt.session_id)
+            self._degrade("late_line", f"on_late_line failed, line not spoken: {exc!r}")
+        rt._persist()
+
     async def silence(self, reply: Reply) -> AsyncIterator[str]:
         """The caller is silent: the n-th prompt while n <= max_prompts, then route to ``then``."""
         rt = self.rt
