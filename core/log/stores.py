@@ -15,17 +15,42 @@ import re
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .eventlog import EventLog, LogCorruptError, to_jsonl
+from .eventlog import EventLog, LogCorruptError, encode_line
 from .events import Event
 
 _SECONDS_PER_DAY = 86_400.0
 _CORRUPT = ".corrupt-"  # name part of a corrupt log set aside by ``JsonlStore.repair``
 _REMEMBERED_SESSIONS = 4096  # bound on the per-session "last stored version" memo
 _SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:@+=-]{0,199}")
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What ``LogStore.repair`` did to one session's stored log.
+
+    ``log`` is the log as stored afterwards (the valid prefix; the whole log when it was
+    healthy). ``cut_records`` / ``cut_bytes`` say what was removed (bytes counted as the JSONL
+    lines would be: UTF-8 plus one newline each), ``line`` and ``reason`` name the first bad
+    record, ``set_aside`` where the removed data was kept for inspection (None: nowhere).
+    """
+
+    session_id: str
+    log: EventLog
+    cut_records: int = 0
+    cut_bytes: int = 0
+    line: int | None = None
+    reason: str | None = None
+    set_aside: str | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """True when something was cut."""
+        return self.cut_records > 0 or self.cut_bytes > 0
 
 
 @runtime_checkable
@@ -48,6 +73,15 @@ class LogStore(Protocol):
         self, retention_days: int, now: float | datetime | None = None
     ) -> list[str]:
         """Delete logs untouched for more than ``retention_days``; returns their session ids."""
+        ...
+
+    async def repair(self, session_id: str) -> RepairReport | None:
+        """Keep the valid prefix of a damaged log, cut the rest; None for an unknown session.
+
+        A healthy log is left as it is (a report with nothing cut). Afterwards ``load``
+        returns ``report.log`` and ``append`` continues after it. Appends no event: the
+        runtime logs ``log_repaired`` when it resumes from a repaired log.
+        """
         ...
 
 
@@ -140,6 +174,11 @@ class MemoryStore:
         """Alias of ``purge_expired(days)`` (the name docs/internals.md uses)."""
         return await self.purge_expired(days)
 
+    async def repair(self, session_id: str) -> RepairReport | None:
+        """Memory holds decoded events, which cannot be damaged: a report with nothing cut."""
+        events = self._events.get(validate_session_id(session_id))
+        return None if events is None else RepairReport(session_id, EventLog(events))
+
     def session_ids(self) -> list[str]:
         return list(self._events)
 
@@ -176,7 +215,11 @@ class JsonlStore:
             text = await asyncio.to_thread(_read_bytes, path)
             if text is None:
                 return None
-            log = EventLog.from_jsonl(text, source=str(path))
+            try:
+                log = EventLog.from_jsonl(text, source=str(path))
+            except LogCorruptError as exc:
+                exc.session_id = session_id
+                raise
             self._remember(session_id, log.version)
             return log
 
@@ -186,7 +229,7 @@ class JsonlStore:
             return
         async with self._lock(session_id):
             _check_batch(session_id, events, self._last.get(session_id))
-            data = to_jsonl(events).encode("utf-8")
+            data = b"".join(encode_line(event) + b"\n" for event in events)
             await asyncio.to_thread(self._write, path, data)
             self._remember(session_id, events[-1].version)
 
@@ -197,13 +240,13 @@ class JsonlStore:
             self._last.pop(session_id, None)
             return await asyncio.to_thread(self._erase, path)
 
-    async def repair(self, session_id: str) -> EventLog | None:
+    async def repair(self, session_id: str) -> RepairReport | None:
         """Make a corrupt log resumable: keep its valid prefix, set the bad file aside.
 
-        Returns the log as stored afterwards (None for an unknown session). When a line is
-        corrupt, the file is kept as ``<id>.jsonl.corrupt-<unix time>`` (owner-only; erase
-        and retention cover it) and replaced atomically by the valid prefix, so appends after
-        a resume continue a readable file. A healthy log is returned unchanged.
+        Returns what was done (None for an unknown session). When a line is corrupt, the file
+        is kept as ``<id>.jsonl.corrupt-<unix ms>`` (owner-only; erase and retention cover it)
+        and replaced atomically by the valid prefix (its lines as they were written), so
+        appends after a resume continue a readable file. A healthy log is left unchanged.
         """
         path = self.path(session_id)
         async with self._lock(session_id):
@@ -214,10 +257,16 @@ class JsonlStore:
                 log = EventLog.from_jsonl(text, source=str(path))
             except LogCorruptError as exc:
                 log = exc.prefix
-                data = log.to_jsonl().encode("utf-8")
-                await asyncio.to_thread(self._replace_keeping_copy, path, data)
+                keep = _prefix_bytes(text, exc.line_number)
+                aside = await asyncio.to_thread(self._replace_keeping_copy, path, keep)
+                self._remember(session_id, log.version)
+                rest = text[len(keep):]
+                return RepairReport(
+                    session_id, log, cut_records=len([r for r in rest.split(b"\n") if r.strip()]),
+                    cut_bytes=len(rest), line=exc.line_number, reason=exc.reason,
+                    set_aside=str(aside))
             self._remember(session_id, log.version)
-            return log
+            return RepairReport(session_id, log)
 
     async def purge_expired(
         self, retention_days: int, now: float | datetime | None = None
@@ -296,7 +345,7 @@ class JsonlStore:
                     erased = True
         return erased
 
-    def _replace_keeping_copy(self, path: Path, data: bytes) -> None:
+    def _replace_keeping_copy(self, path: Path, data: bytes) -> Path:
         aside = path.with_name(f"{path.name}{_CORRUPT}{int(time.time() * 1000)}")
         os.link(path, aside)  # the corrupt file stays, under another name, for inspection
         temporary = path.with_name(f".{path.name}.repair")
@@ -311,6 +360,15 @@ class JsonlStore:
             os.close(fd)
         os.replace(temporary, path)
         _fsync_directory(self.directory)
+        return aside
+
+
+def _prefix_bytes(text: bytes, line_number: int) -> bytes:
+    """The bytes of ``text`` before its 1-based line ``line_number`` (whole lines, as written)."""
+    end = 0
+    for _ in range(line_number - 1):
+        end = text.index(b"\n", end) + 1
+    return text[:end]
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -336,4 +394,4 @@ def _unlink(path: Path) -> bool:
     return True
 
 
-__all__ = ["JsonlStore", "LogStore", "MemoryStore", "validate_session_id"]
+__all__ = ["JsonlStore", "LogStore", "MemoryStore", "RepairReport", "validate_session_id"]
