@@ -32,3 +32,11 @@ def test_turn_reports_median_p95_and_growth() -> None:
     assert 0 < result["cpu_ms_median"] <= result["cpu_ms_p95"]
     assert result["cpu_ms_at_turn_10"] > 0 and result["ratio_late_vs_10"] > 0
     assert isinstance(result["ratio_met"], bool)
+
+
+def test_verdict_parse_reports_four_shapes_at_1kb_10kb_and_the_cap() -> None:
+    result = run("verdict_parse.py")
+    assert set(result) == {"prose", "braces", "nested", "fenced"}
+    for times in result.values():
+        assert set(times) == {"1000", "10000", "65536"}
+        assert all(v > 0 and math.isfinite(v) for v in times.values())
