@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "compile_expr": "lang.expr",
     "ExprError": "lang.expr",
     "EventLog": "log.eventlog",
+    "LogCorruptError": "log.eventlog",
     "ConversationState": "log.state",
     "Runtime": "turn.runtime",
     "Turn": "turn.runtime",
@@ -31,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "LogStore": "log.stores",
     "MemoryStore": "log.stores",
     "JsonlStore": "log.stores",
+    "RepairReport": "log.stores",
     "SQLiteStore": "log.sqlite_store",
 }
 
