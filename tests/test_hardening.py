@@ -389,6 +389,24 @@ async def test_a_torn_last_line_is_cut_on_resume_with_a_log_repaired_event(tmp_p
     assert stored is not None and stored.version == rt.log.version
 
 
+async def test_an_append_after_a_write_cut_before_its_newline_starts_a_new_line(
+    tmp_path: Path,
+) -> None:
+    store = JsonlStore(tmp_path)
+    log = EventLog()
+    log.append(ev.Utterance(role="user", text="one"))
+    log.append(ev.Utterance(role="user", text="two"))
+    await store.append("s", [log[0]])
+    path = store.path("s")
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # lost only the final newline
+    fresh = JsonlStore(tmp_path)
+    loaded = await fresh.load("s")
+    assert loaded is not None and loaded.version == 1
+    await fresh.append("s", [log[1]])
+    again = await JsonlStore(tmp_path).load("s")
+    assert again is not None and [e.text for e in again] == ["one", "two"]
+
+
 async def test_a_line_altered_mid_log_is_an_error_naming_it_until_repair(tmp_path: Path) -> None:
     log = await full_log()
     store = JsonlStore(tmp_path)

@@ -298,13 +298,17 @@ class JsonlStore:
     def _write(self, path: Path, data: bytes) -> None:
         if not self.directory.exists():
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(path, flags, 0o600)
         try:
             # A file made by someone else (or an older version) is narrowed to owner-only.
             info = os.fstat(fd)
             if info.st_mode & 0o077:
                 os.fchmod(fd, 0o600)
+            # A crash can stop a write just before its newline: the last line is whole, so it
+            # loads, but our line must not be glued to it (a blank line is skipped on read).
+            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                data = b"\n" + data
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
