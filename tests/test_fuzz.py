@@ -171,3 +171,51 @@ def test_a_damaged_log_file_is_read_named_or_repaired_to_a_prefix(tmp_path_facto
         assert list(loaded) == original[: loaded.version]
 
     asyncio.run(check())
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_damaged_sqlite_file_is_named_never_a_raw_database_error(
+    tmp_path_factory: Any, data: Any
+) -> None:
+    import sqlite3
+
+    from superdialog_core.log.sqlite_store import SQLiteStore
+
+    path: Path = tmp_path_factory.mktemp("db") / "logs.db"
+    store = SQLiteStore(path)
+    sessions = [f"s{i}" for i in range(8)]
+
+    async def fill() -> None:
+        for sid in sessions:
+            await store.append(sid, list(_log()))
+
+    asyncio.run(fill())
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    raw = bytearray(path.read_bytes())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at : at + 64] = data.draw(st.binary(min_size=64, max_size=64))
+    path.write_bytes(bytes(raw))
+    original = list(_log())
+
+    async def check() -> None:
+        damaged = SQLiteStore(path)
+        for sid in sessions:
+            try:
+                loaded = await damaged.load(sid)
+            except LogCorruptError as exc:
+                assert str(path) in str(exc) and sid in str(exc)
+                report = await damaged.repair(sid)
+                assert report is not None
+                assert list(report.log) == original[: report.log.version]
+                continue
+            except sqlite3.DatabaseError as exc:  # pragma: no cover - the failure this guards
+                raise AssertionError(f"raw DatabaseError for {sid}: {exc}") from exc
+            if loaded is not None:
+                assert list(loaded) == original[: loaded.version]
+        damaged.close()
+
+    asyncio.run(check())
