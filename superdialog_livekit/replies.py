@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Literal
 
+from superdialog_core import LogCorruptError
 from superdialog_core.events import Utterance
 
 from .sync import SpeechSync
@@ -50,9 +51,14 @@ class ReplyPlanner:
         store = self._store
         if store is None or self._opened:
             return self.resumed
-        loaded = store.load(rt.session_id)
-        if inspect.isawaitable(loaded):
-            loaded = await loaded
+        try:
+            loaded = store.load(rt.session_id)
+            if inspect.isawaitable(loaded):
+                loaded = await loaded
+        except LogCorruptError as exc:
+            if not exc.torn_tail:
+                raise  # damage mid-log: an error naming the line until repair() is called
+            loaded = exc.prefix  # a torn last line: the runtime cuts it when it adopts the log
         if loaded is not None and len(loaded) > 0 and not self._opened:
             self.resumed = True
             await self._start_silently()  # adopts the stored log; says nothing

@@ -41,3 +41,9 @@ def test_store_append_reports_p50_p95_for_redis_sqlite_and_jsonl() -> None:
         assert 0 < row["p50_ms"] <= row["p95_ms"] and math.isfinite(row["p95_ms"])
         assert row["p50_vs_jsonl"] > 0
     assert result["stores"]["jsonl"]["p50_vs_jsonl"] == 1.0
+def test_verdict_parse_reports_four_shapes_at_1kb_10kb_and_the_cap() -> None:
+    result = run("verdict_parse.py")
+    assert set(result) == {"prose", "braces", "nested", "fenced"}
+    for times in result.values():
+        assert set(times) == {"1000", "10000", "65536"}
+        assert all(v > 0 and math.isfinite(v) for v in times.values())

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from livekit.agents import AgentSession, ModelSettings, llm
 from superdialog_core import JsonlStore, Playbook
-from superdialog_core.events import Degraded, External, SpeechCorrection, Utterance
+from superdialog_core.events import Degraded, External, LogRepaired, SpeechCorrection, Utterance
 
 from superdialog_livekit import DialogAgent, DialogMachineLLM
 from tests.livekit_scripted import DirectorLLM, TalkerLLM
@@ -237,6 +237,32 @@ async def test_resume_from_a_jsonl_log_does_not_replay_the_opening(
     log = second.runtime.log
     assert log[stored].version == stored + 1  # the resumed call continues the stored log
     assert sum(1 for e in log if isinstance(e, Utterance) and e.text.startswith("Welcome")) == 1
+
+
+async def test_resume_cuts_a_torn_last_line_and_logs_it(playbook: Playbook, tmp_path: Path) -> None:
+    first = DialogMachineLLM(playbook, talker=TalkerLLM(["Got it."]),
+                             director=DirectorLLM([{"slots": {"party_size": 3}}]),
+                             store=JsonlStore(tmp_path), session_id="call-8")
+    async with _session(first) as session:
+        await session.start(DialogAgent(first, on_end="none"))
+        await session.run(user_input="three")
+        await first.runtime.wait_idle()
+    stored = len(first.runtime.log)
+    with JsonlStore(tmp_path).path("call-8").open("ab") as handle:
+        handle.write(b'{"type":"utterance","version":')  # the worker died mid-append
+
+    second = DialogMachineLLM(playbook, talker=TalkerLLM(["Lovely."]),
+                              director=DirectorLLM([{"advance": "main.done"}]),
+                              store=JsonlStore(tmp_path), session_id="call-8")
+    async with _session(second) as session:
+        await session.start(DialogAgent(second, on_end="none"))
+        await asyncio.sleep(0.2)
+        assert second.resumed and second.runtime.state.slots["party_size"].value == 3
+        result = await session.run(user_input="yes please")
+        assert "Booked for 3. Goodbye!" in result.events[0].item.text_content
+    repaired = second.runtime.log[stored]
+    assert isinstance(repaired, LogRepaired) and repaired.cut_bytes == len(
+        b'{"type":"utterance","version":')
 
 
 def test_call_values_are_settable_only_before_the_first_turn(playbook: Playbook) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from superdialog_core import events as ev
 from superdialog_core.log import stores as stores_module
-from superdialog_core.log.eventlog import EventLog, LogCorruptError
+from superdialog_core.log.eventlog import EventLog, LogCorruptError, unseal
+from superdialog_core.log.events import encode
 from superdialog_core.log.stores import JsonlStore, LogStore, MemoryStore, validate_session_id
 
 DAY = 86_400.0
@@ -116,12 +118,16 @@ async def test_jsonl_files_are_owner_only(tmp_path: Path) -> None:
     assert stat.S_IMODE(other.stat().st_mode) == 0o600
 
 
-async def test_jsonl_file_is_the_log_s_jsonl_form(tmp_path: Path) -> None:
+async def test_jsonl_file_is_the_log_s_jsonl_form_with_a_checksum_per_line(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path)
     log = _log()
     await store.append("call-1", log[:1])
     await store.append("call-1", log.since(1))
-    assert store.path("call-1").read_text(encoding="utf-8") == log.to_jsonl()
+    lines = store.path("call-1").read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    assert [unseal(line) for line in lines[:-1]] == [encode(e) for e in log]
+    assert all(line.endswith(b'"}') and b',"crc32":"' in line for line in lines[:-1])
+    assert [json.loads(line)["type"] for line in lines[:-1]] == [e.__struct_config__.tag for e in log]
 
 
 async def test_jsonl_write_and_fsync_run_off_the_event_loop(
@@ -201,17 +207,22 @@ async def test_jsonl_repair_keeps_the_prefix_and_sets_the_bad_file_aside(tmp_pat
     path = store.path("call-1")
     with path.open("ab") as handle:
         handle.write(b'{"type":"utter')  # a crash mid-write
-    repaired = await store.repair("call-1")
-    assert repaired is not None and list(repaired) == list(log)
-    assert path.read_text(encoding="utf-8") == log.to_jsonl()
+    before = path.read_bytes()
+    report = await store.repair("call-1")
+    assert report is not None and list(report.log) == list(log)
+    assert report.cut_bytes == len(b'{"type":"utter') and report.cut_records == 1
+    assert report.line == 6 and report.repaired
+    assert path.read_bytes() == before[: -len(b'{"type":"utter')]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     copies = [p for p in tmp_path.iterdir() if p.name.startswith("call-1.jsonl.corrupt-")]
     assert len(copies) == 1 and copies[0].read_bytes().endswith(b'{"type":"utter')
+    assert report.set_aside == str(copies[0])
     # The resumed call appends to a readable file.
-    await store.append("call-1", [repaired.append(ev.Utterance(role="user", text="again"))])
+    await store.append("call-1", [report.log.append(ev.Utterance(role="user", text="again"))])
     reloaded = await store.load("call-1")
     assert reloaded is not None and reloaded.version == 6
-    assert await store.repair("call-1") is not None  # healthy: unchanged
+    healthy = await store.repair("call-1")  # healthy: unchanged
+    assert healthy is not None and not healthy.repaired and healthy.log.version == 6
     assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
     assert await store.repair("unknown") is None
     # Erase and retention cover the copy set aside (it holds the same personal data).

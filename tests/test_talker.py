@@ -204,9 +204,9 @@ def test_packing_keeps_the_newest_entries_within_the_budget() -> None:
 def test_the_newest_entry_is_kept_even_when_it_alone_exceeds_the_budget() -> None:
     call = Call()
     call.say("user", "older")
-    call.say("user", "z" * 20000)
+    call.say("user", "z" * 3900)  # under policies.caps.model_chars
     request = call.request(token_budget=50)
-    assert request.messages[1:] == [{"role": "user", "content": "z" * 20000}]
+    assert request.messages[1:] == [{"role": "user", "content": "z" * 3900}]
 
 
 def test_guidance_of_a_playbook_built_without_the_loader_is_compiled_once() -> None:

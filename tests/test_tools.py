@@ -259,7 +259,7 @@ async def test_ssrf_target_is_refused_without_any_request() -> None:
         raise AssertionError(f"no request may be sent, got {request.url}")
 
     playbook = booking_playbook(tools=[{"id": "meta", "url": "http://169.254.169.254/latest"},
-                                       {"id": "local", "url": "http://0x7f.1:{{ slots.party }}/"}],
+                                       {"id": "local", "url": "http://0x7f.1:8080/{{ slots.party }}"}],
                                 policies={"allow_hosts": []})
     call = filled(Call(playbook))
     async with httpx.AsyncClient(transport=httpx.MockTransport(fail)) as client:

@@ -123,7 +123,7 @@ class _Compiler:
             if tool.when is not None:
                 tool._when = self.expression(tool.when, join_path(path, "when"), allow_pipeline=False,
                                              allow_env=True, allow_args=True)
-            tool._url = self.template(self.templates.compile_tool_text, tool.url, join_path(path, "url")) if tool.url else None
+            tool._url = self.template(self.templates.compile_tool_url, tool.url, join_path(path, "url")) if tool.url else None
             tool._headers = {
                 name: self.template(self.templates.compile_tool_text, value, join_path(path, "headers", name))
                 for name, value in tool.headers.items()

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from . import loader
 
@@ -213,6 +213,16 @@ class StoreFailurePolicy(_Model):
     after: int = Field(default=8, ge=1)
     line: str = ("I'm sorry, we're having technical trouble and can't continue this call right "
                  "now. Please call again later. Goodbye.")
+class Caps(_Model):
+    """Bounds on what input may cost (SPEC §13); the defaults are far above a voice call's."""
+
+    utterance_bytes: int = Field(default=64 * 1024, ge=1024)
+    """A caller utterance is logged whole up to this many bytes (UTF-8); beyond, its prefix,
+    its length and its sha256."""
+    model_chars: int = Field(default=4000, ge=100)
+    """The models (Director, Talker) see at most this many characters of one utterance."""
+    verdict_bytes: int = Field(default=64 * 1024, ge=1024)
+    """A longer Director answer is not parsed: a ``degraded`` event and one retry."""
 
 
 class Policies(_Model):
@@ -232,6 +242,20 @@ class Policies(_Model):
     max_call_seconds: float | None = Field(default=None, gt=0)
     log_retention_days: int | None = Field(default=None, ge=1)
     store_failure: StoreFailurePolicy = Field(default_factory=StoreFailurePolicy)
+    caps: Caps = Field(default_factory=Caps)
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _ports_are_numbers(cls, hosts: list[str]) -> list[str]:
+        for entry in hosts:
+            text = entry.strip()
+            port = text.rpartition("]:")[2] if text.startswith("[") and "]:" in text else (
+                text.split(":")[1] if text.count(":") == 1 else None)
+            if port is not None and (not port.isdigit() or not 1 <= int(port) <= 65535):
+                raise ValueError(
+                    f"allow_hosts entry {entry!r}: write host or host:port with a port from 1 "
+                    "to 65535 ([::1]:8080 for an IPv6 address)")
+        return hosts
 
 
 class GuidelineConfig(_Model):

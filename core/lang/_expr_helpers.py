@@ -7,6 +7,7 @@ a detail and yields ``None`` instead of raising (see :mod:`superdialog_core.expr
 from __future__ import annotations
 
 import ast
+import json
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -160,6 +161,14 @@ def _pluck(args: list[Any], errors: list[str]) -> Any:
     return [item.get(key) if isinstance(item, Mapping) else None for item in items]
 
 
+def _canonical(item: Any) -> str:
+    """One string per distinct unhashable value (dict key order ignored)."""
+    try:
+        return json.dumps(item, sort_keys=True, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(item)
+
+
 def _unique(args: list[Any], errors: list[str]) -> Any:
     (items,) = args
     if items is None:
@@ -168,15 +177,18 @@ def _unique(args: list[Any], errors: list[str]) -> Any:
         errors.append(f"unique() of {kind(items)}")
         return None
     seen: set[Any] = set()
+    seen_shapes: set[str] = set()
     out: list[Any] = []
     for item in items:
         try:
             if item in seen:
                 continue
             seen.add(item)
-        except TypeError:  # dicts and lists: fall back to equality
-            if item in out:
+        except TypeError:  # dicts and lists: compared by their canonical JSON (linear, not n²)
+            shape = _canonical(item)
+            if shape in seen_shapes:
                 continue
+            seen_shapes.add(shape)
         out.append(item)
     return out
 

@@ -26,10 +26,73 @@ class TemplateError(ValueError):
     """A template that cannot be compiled (syntax, unknown filter); the message has the line."""
 
 
+# Bounds on the work a template can do (SPEC §13): a voice line or a URL never needs more.
+MAX_RANGE = 10_000  # items in one range()
+MAX_RANGE_TOTAL = 100_000  # range() items in one render (bounds nested loops over ranges)
+MAX_REPEAT = 64 * 1024  # characters (or items) a "*" repetition may produce
+MAX_POWER_BITS = 256  # an integer power may produce (about 77 digits)
+
+
+class TemplateBoundError(OverflowError):
+    """A template asked for more work than the sandbox allows (see the MAX_* bounds)."""
+
+
+def _repeat_size(left: Any, right: Any) -> int | None:
+    """The length a ``*`` repetition would produce, None when it is not a repetition."""
+    if isinstance(left, int) and not isinstance(left, bool) and isinstance(right, (str, list, tuple)):
+        left, right = right, left
+    if isinstance(left, (str, list, tuple)) and isinstance(right, int) and not isinstance(right, bool):
+        return len(left) * max(right, 0)
+    return None
+
+
+def _power_bits(base: Any, exponent: Any) -> int | None:
+    if (isinstance(base, int) and isinstance(exponent, int) and not isinstance(base, bool)
+            and not isinstance(exponent, bool) and exponent > 0):
+        return max(abs(base).bit_length() - (1 if abs(base) <= 1 else 0), 0) * exponent
+    return None
+
+
+def _check_binop(operator: str, left: Any, right: Any) -> None:
+    if operator == "*":
+        size = _repeat_size(left, right)
+        if size is not None and size > MAX_REPEAT:
+            raise TemplateBoundError(
+                f"a repetition of {size} characters or items is over the sandbox's "
+                f"{MAX_REPEAT} limit")
+    elif operator == "**":
+        bits = _power_bits(left, right)
+        if bits is not None and bits > MAX_POWER_BITS:
+            raise TemplateBoundError(
+                f"{left} ** {right} is too large for a template (at most {MAX_POWER_BITS} bits)")
+
+
+@pass_context
+def _bounded_range(context: Any, *args: Any) -> range:
+    """``range`` with at most MAX_RANGE items, and MAX_RANGE_TOTAL items in one render."""
+    items = range(*args)
+    if len(items) > MAX_RANGE:
+        raise TemplateBoundError(
+            f"range of {len(items)} items is over the sandbox's {MAX_RANGE} limit")
+    used = getattr(context.eval_ctx, "range_items", 0) + len(items)
+    if used > MAX_RANGE_TOTAL:
+        raise TemplateBoundError(
+            f"loops over ranges would run {used} times in one render, over the sandbox's "
+            f"{MAX_RANGE_TOTAL} limit")
+    context.eval_ctx.range_items = used
+    return items
+
+
 class Environment(ImmutableSandboxedEnvironment):
     """Dict attributes read keys; with ``none_is_missing`` a null value counts as unset."""
 
     none_is_missing = False
+    # Repetition and powers are checked before they run (the sandbox's call_binop).
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _check_binop(operator, left, right)
+        return super().call_binop(context, operator, left, right)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping):
@@ -74,6 +137,7 @@ def make_env(undefined: type[Undefined], *, none_is_missing: bool) -> Environmen
     env.none_is_missing = none_is_missing
     for name in ("lipsum", "cycler", "joiner"):  # nothing a voice or a tool call needs
         del env.globals[name]
+    env.globals["range"] = _bounded_range
     env.filters.update(
         spoken_date=_in_language(spoken_date),
         spoken_time=_in_language(spoken_time),
@@ -119,11 +183,84 @@ def parse(env: Environment, text: Any, what: str) -> tuple[nodes.Template, Refer
             raise TemplateError(
                 f"line {node.lineno}: {{% {tag} %}} is not supported in playbook templates"
             )
+        _check_literal_bounds(tree)
         return tree, _references(tree)  # the tree walks recurse too
     except TemplateSyntaxError as exc:
         raise TemplateError(f"template syntax error at line {exc.lineno}: {exc.message}") from None
     except (RecursionError, MemoryError):
         raise TemplateError("template nested too deeply") from None
+
+
+def _const(node: nodes.Node) -> Any:
+    """The value of a constant expression built from literals, ``*``, ``**``, ``+``, ``-``.
+
+    Each step is bounds-checked before it runs, so ``'a' * 10**8`` is refused without being
+    built. Anything else is ``nodes.Impossible``.
+    """
+    if isinstance(node, nodes.Const):
+        return node.value
+    if isinstance(node, nodes.Neg):
+        value = _const(node.node)
+        if isinstance(value, int):
+            return -value
+        raise nodes.Impossible()
+    if isinstance(node, (nodes.Mul, nodes.Pow, nodes.Add)):
+        left, right = _const(node.left), _const(node.right)
+        operator = {nodes.Mul: "*", nodes.Pow: "**", nodes.Add: "+"}[type(node)]
+        _check_binop(operator, left, right)
+        try:
+            return {"*": lambda a, b: a * b, "**": lambda a, b: a**b,
+                    "+": lambda a, b: a + b}[operator](left, right)
+        except (TypeError, ValueError, ZeroDivisionError):
+            raise nodes.Impossible() from None
+    raise nodes.Impossible()
+
+
+def _literal_range(node: nodes.Node) -> int | None:
+    """The length of ``range(<constants>)``, None when it is anything else."""
+    if not (isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name)
+            and node.node.name == "range" and not node.kwargs):
+        return None
+    try:
+        args = [_const(arg) for arg in node.args]
+        return len(range(*args))
+    except (nodes.Impossible, TypeError, ValueError):
+        return None
+
+
+def _check_literal_bounds(tree: nodes.Template) -> None:
+    """Refuse at load what would break a sandbox bound whatever the data (SPEC §13)."""
+    try:
+        for node in tree.find_all((nodes.Mul, nodes.Pow)):
+            try:
+                _const(node)
+            except nodes.Impossible:
+                continue
+        for node in tree.find_all(nodes.Call):
+            size = _literal_range(node)
+            if size is not None and size > MAX_RANGE:
+                raise TemplateBoundError(
+                    f"range of {size} items is over the sandbox's {MAX_RANGE} limit")
+        _check_loops(tree, 1)
+    except TemplateBoundError as exc:
+        lineno = getattr(exc, "lineno", None)
+        raise TemplateError(f"template would do too much work: {exc}"
+                            + (f" (line {lineno})" if lineno else "")) from None
+
+
+def _check_loops(node: nodes.Node, outer: int) -> None:
+    """Nested loops over literal ranges: their product is bounded like the render total."""
+    for child in node.iter_child_nodes():
+        runs = outer
+        if isinstance(child, nodes.For):
+            size = _literal_range(child.iter)
+            if size is not None:
+                runs = outer * max(size, 1)
+                if runs > MAX_RANGE_TOTAL:
+                    raise TemplateBoundError(
+                        f"nested loops would run {runs} times, over the sandbox's "
+                        f"{MAX_RANGE_TOTAL} limit")
+        _check_loops(child, runs)
 
 
 def compile_template(env: Environment, source: str | nodes.Template, language: str = "en") -> Any:

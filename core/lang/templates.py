@@ -29,8 +29,10 @@ from .tool_templates import (
     TemplateRefusal,
     ToolBody,
     ToolTemplate,
+    ToolUrl,
     compile_tool_body,
     compile_tool_text,
+    compile_tool_url,
 )
 
 __all__ = [
@@ -39,9 +41,11 @@ __all__ = [
     "TemplateRefusal",
     "ToolBody",
     "ToolTemplate",
+    "ToolUrl",
     "compile_speech",
     "compile_tool_body",
     "compile_tool_text",
+    "compile_tool_url",
 ]
 
 _SPEECH_ENV = make_env(ChainableUndefined, none_is_missing=True)

@@ -14,8 +14,9 @@ import re
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined
+from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, nodes
 from jinja2.exceptions import UndefinedError
 from jinja2.utils import missing
 
@@ -66,6 +67,8 @@ for _name, _value in {**vars(Undefined), **vars(StrictUndefined)}.items():
 
 _TEXT_ENV = make_env(_RecordingUndefined, none_is_missing=True)  # urls, headers, text leaves
 _VALUE_ENV = make_env(_RecordingUndefined, none_is_missing=False)  # typed body leaves: null stays
+_URL_ENV = make_env(_RecordingUndefined, none_is_missing=True)  # urls: values encoded
+_URL_ENV.filters["url_component"] = lambda value: _url_component(value)
 
 
 def _format_path(root: str, steps: tuple[Any, ...]) -> str:
@@ -147,6 +150,122 @@ class ToolTemplate:
 
     def __repr__(self) -> str:
         return f"ToolTemplate({self.text!r})"
+
+
+class _DotSegment(ValueError):
+    pass
+
+
+def _url_component(value: Any) -> str:
+    """A templated URL value, percent-encoded as ONE component (no ``/``, ``?``, ``#``, ``&``)."""
+    if isinstance(value, Undefined):
+        str(value)  # strict: raises the refusal naming what is missing
+    if isinstance(value, (Mapping, list, tuple)):
+        raise TypeError(f"a {type(value).__name__} cannot stand in a URL; use one of its values")
+    text = value if isinstance(value, str) else _finalize_text(value)
+    if text in (".", ".."):
+        raise _DotSegment(f"a URL value is {text!r}, which would move along the path")
+    # An unpaired surrogate cannot be encoded: it becomes U+FFFD, like text at every boundary.
+    return quote(text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), safe="")
+
+
+def _finalize_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _env_only(node: nodes.Node) -> bool:
+    """True when an expression reads nothing but ``env`` (or only constants)."""
+    names = [node] if isinstance(node, nodes.Name) else []
+    names.extend(node.find_all(nodes.Name))
+    return all(name.name == "env" for name in names)
+
+
+class _Authority:
+    """Tracks, in document order, whether the URL's scheme, host and port are behind us."""
+
+    def __init__(self) -> None:
+        self.shape: list[str] = []  # literal text, and "\0" for an env part (opaque)
+
+    def ended(self) -> bool:
+        shape = "".join(self.shape)
+        at = shape.find("://")
+        rest = shape[at + 3 :] if at != -1 else shape
+        return any(mark in rest for mark in "/?#")
+
+
+def _wrap_url_values(tree: nodes.Template, text: str) -> None:
+    """Encode every non-env output; refuse one before the end of the authority (load error)."""
+    authority = _Authority()
+    done = False
+
+    def refuse(node: nodes.Node) -> None:
+        raise TemplateError(
+            f"tool url {text!r}: a value that is not env.* stands before the end of the host "
+            f"(line {node.lineno}); the scheme, host and port come only from the playbook's "
+            "text and env values; put conversation values in the path or the query")
+
+    for top in tree.body:
+        if isinstance(top, nodes.Output):
+            for child in top.nodes:
+                if isinstance(child, nodes.TemplateData):
+                    if not done:
+                        authority.shape.append(child.data)
+                elif _env_only(child):
+                    if not done:
+                        authority.shape.append("\0")
+                else:
+                    if not done and not authority.ended():
+                        refuse(child)
+                    done = True
+        elif not done:
+            if not _env_only(top):
+                if not authority.ended():
+                    refuse(top)
+                done = True
+            else:
+                authority.shape.append("\0")
+        if not done and authority.ended():
+            done = True
+    for output in tree.find_all(nodes.Output):
+        output.nodes = [
+            child if isinstance(child, nodes.TemplateData) or _env_only(child)
+            else nodes.Filter(child, "url_component", [], [], None, None, lineno=child.lineno)
+            for child in output.nodes
+        ]
+
+
+class ToolUrl(ToolTemplate):
+    """A tool URL: literal text and ``env.*`` as written, every other value encoded (SPEC §9).
+
+    A value from the conversation (``slots``, ``results``, ``call``, ``args``...) is
+    percent-encoded as one component, so it cannot add ``/``, ``?``, ``#`` or ``&``; one that
+    stands before the end of the authority (scheme, host, port) is a load error.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._template = None
+        self._paths = ()
+        self.slot_refs = frozenset()
+        self.roots = frozenset()
+        if is_literal(text):
+            return
+        tree, (self.slot_refs, self.roots, self._paths) = parse(_URL_ENV, text, "tool url")
+        _wrap_url_values(tree, text)
+        self._template = compile_template(_URL_ENV, tree)
+
+    def render(self, scope: Mapping[str, Any]) -> str:
+        try:
+            return super().render(scope)
+        except TemplateRefusal as exc:
+            if exc.message.startswith("template failed: _DotSegment: "):
+                raise TemplateRefusal(exc.message.removeprefix("template failed: _DotSegment: ")
+                                      + "; refused") from None
+            raise
 
 
 _TYPED = re.compile(r"\A\s*\{\{[-+]?(?P<expr>.*?)[-+]?\}\}\s*\Z", re.DOTALL)
@@ -252,6 +371,11 @@ def _compile_body(value: Any, refs: set[str], roots: set[str], where: str) -> _B
 def compile_tool_text(text: str) -> ToolTemplate:
     """Compile a strict tool template (url, header value); raises TemplateError."""
     return ToolTemplate(text)
+
+
+def compile_tool_url(text: str) -> ToolUrl:
+    """Compile a tool URL (values encoded, authority from text and env only); raises TemplateError."""
+    return ToolUrl(text)
 
 
 def compile_tool_body(obj: Any) -> ToolBody:

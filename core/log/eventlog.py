@@ -9,13 +9,22 @@ reports with the valid prefix kept).
 
 from __future__ import annotations
 
+import logging
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import overload
 
 import msgspec
 
-from .events import Event, decode, encode, stamp
+from .events import Degraded, Event, decode, encode, stamp
+
+logger = logging.getLogger("superdialog_core.log")
+
+# A stored line ends with its checksum, inside the JSON object so the line stays JSON:
+# {...,"crc32":"1a2b3c4d"}: zlib.crc32 of the line without that member (the event's encoding).
+_SEAL_KEY = b',"crc32":"'
+_SEAL_LEN = len(_SEAL_KEY) + 8 + 2  # key, 8 hex digits, '"}'
 
 
 class LogCorruptError(ValueError):
@@ -27,17 +36,30 @@ class LogCorruptError(ValueError):
     """
 
     def __init__(
-        self, line_number: int, reason: str, prefix: EventLog, source: str | None = None
+        self,
+        line_number: int,
+        reason: str,
+        prefix: EventLog,
+        source: str | None = None,
+        *,
+        torn_tail: bool = False,
+        session_id: str | None = None,
     ) -> None:
         self.line_number = line_number
         self.reason = reason
         self.prefix = prefix
         self.source = source
+        self.torn_tail = torn_tail
+        self.session_id = session_id
         where = f"{source}, line {line_number}" if source else f"line {line_number}"
+        if session_id is not None and (source is None or session_id not in source):
+            where += f" (session {session_id!r})"
+        what = "a torn last line (an interrupted write)" if torn_tail else reason
         super().__init__(
-            f"corrupt event log at {where}: {reason}; the {len(prefix)} valid events before it "
-            "are kept in .prefix (resume from them, or repair the file by removing that line "
-            "and everything after it)"
+            f"corrupt event log at {where}: {what}; the {len(prefix)} valid events before it "
+            "are kept in .prefix (resume from them, or call the store's repair(session_id), "
+            "which keeps them and cuts that line and everything after it)"
+            + (f" [{reason}]" if torn_tail else "")
         )
 
     @property
@@ -146,26 +168,27 @@ class EventLog:
 
         ``source`` (a file name) is named in the error.
         """
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                # Find the line holding the bad byte so the error still names it.
-                line_number = text[: exc.start].count(b"\n") + 1
-                good = text[: exc.start].rsplit(b"\n", 1)[0] if line_number > 1 else b""
-                prefix = cls.from_jsonl(good, source=source, clock=clock) if good else cls()
-                raise LogCorruptError(
-                    line_number, f"not UTF-8 text ({exc.reason})", prefix, source
-                ) from exc
+        if isinstance(text, str):
+            text = text.encode("utf-8", "surrogatepass")
         log = cls(clock=clock)
         events = log._events
-        for line_number, line in enumerate(text.split("\n"), start=1):
+        lines = text.split(b"\n")
+        last = len(lines)
+        # A crash mid-append leaves the last line without its newline (or, on some file
+        # systems, a tail of NUL bytes): that line is torn, not corrupt.
+        torn_possible = not text.endswith(b"\n") or text.endswith(b"\0")
+        for line_number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
-                event = decode(line)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                raise LogCorruptError(line_number, _reason(exc, line), log, source) from exc
+                event = decode(unseal(line))
+            except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+                torn = torn_possible and (
+                    line_number == last or not any(rest.strip(b"\0 \r\t") for rest in lines[line_number:])
+                )
+                raise LogCorruptError(
+                    line_number, _reason(exc, line), log, source, torn_tail=torn
+                ) from exc
             expected = len(events) + 1
             if event.version != expected:
                 raise LogCorruptError(
@@ -181,15 +204,67 @@ class EventLog:
 
 def to_jsonl(events: Iterable[Event]) -> str:
     """The JSONL form of ``events`` (used by the log and by stores appending a batch)."""
-    parts = [encode(event) for event in events]
+    parts = [encode_safely(event) for event in events]
     if not parts:
         return ""
     return (b"\n".join(parts) + b"\n").decode("utf-8")
 
 
-def _reason(exc: Exception, line: str) -> str:
-    shown = line if len(line) <= 80 else line[:77] + "..."
-    return f"{exc} (line starts {shown!r})"
+def seal(line: bytes) -> bytes:
+    """``line`` (one encoded event) with its checksum member appended (see ``_SEAL_KEY``)."""
+    return b"%s%s%08x\"}" % (line[:-1], _SEAL_KEY, zlib.crc32(line))
 
 
-__all__ = ["EventLog", "LogCorruptError", "to_jsonl"]
+def unseal(line: bytes) -> bytes:
+    """The event's encoding from a stored line; raises ``ValueError`` on a checksum mismatch.
+
+    A line without a checksum (written before stores added one) is returned as it is.
+    """
+    line = line.rstrip(b"\r")
+    if len(line) < _SEAL_LEN or line[-_SEAL_LEN : -10] != _SEAL_KEY:
+        return line
+    body = line[:-_SEAL_LEN] + b"}"
+    try:
+        written = int(line[-10:-2], 16)
+    except ValueError:
+        raise ValueError("the line's checksum is not 8 hex digits") from None
+    if zlib.crc32(body) != written or line[-2:] != b'"}':
+        raise ValueError(
+            f"checksum mismatch (the line says {written:08x}, its content gives "
+            f"{zlib.crc32(body):08x}): the line was altered or damaged after it was written")
+    return body
+
+
+def encode_safely(event: Event) -> bytes:
+    """The event's encoding; an event that cannot be encoded becomes a ``degraded`` line.
+
+    Persistence must never stop (SPEC §13): the replacement keeps the event's version and time
+    and says what could not be stored. Text entering the engine is cleaned at the boundary, so
+    this is a last line of defence, logged loudly when it fires.
+    """
+    try:
+        return encode(event)
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        detail = f"unserialisable_event:{type(event).__name__}: {type(exc).__name__}: {exc}"
+        logger.error("event %d could not be encoded; storing a degraded event instead: %s",
+                     event.version, detail)
+        replacement = Degraded(component="log", detail=detail.encode("utf-8", "replace").decode())
+        stamp(replacement, event.version, event.at)
+        return encode(replacement)
+
+
+def encode_line(event: Event) -> bytes:
+    """What a store writes for one event: its safe encoding, sealed with a checksum (no newline)."""
+    return seal(encode_safely(event))
+
+
+def _reason(exc: Exception, line: bytes) -> str:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"not UTF-8 text ({bad.reason} at byte {bad.start} of the line)"
+    shown = line if len(line) <= 80 else line[:77] + b"..."
+    return f"{exc} (line starts {shown.decode('utf-8', 'replace')!r})"
+
+
+__all__ = ["EventLog", "LogCorruptError", "encode_line", "encode_safely", "seal", "to_jsonl", "unseal"]

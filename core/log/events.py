@@ -61,6 +61,10 @@ class Utterance(Event, tag="utterance", kw_only=True):
     purpose: str | None = None
     message_id: str | None = None
     checkpoint: str | None = None  # a say_verbatim line: the checkpoint whose line it is
+    # Set when ``text`` is only the prefix of an over-long caller utterance (policies.caps):
+    # the whole utterance's length in characters and its sha256 (hex of its UTF-8).
+    text_length: int | None = None
+    text_sha256: str | None = None
 
 
 class SpeechCorrection(Event, tag="speech_correction", kw_only=True):
@@ -179,6 +183,15 @@ class Degraded(Event, tag="degraded", kw_only=True):
     detail: str
 
 
+class LogRepaired(Event, tag="log_repaired", kw_only=True):
+    """On resume, the stored log's damaged tail was cut (a torn last line, or ``repair()``)."""
+
+    cut_bytes: int
+    cut_records: int = 0
+    line: int | None = None
+    reason: str | None = None
+
+
 class SessionEnd(Event, tag="session_end", kw_only=True):
     """The call ended with ``outcome``."""
 
@@ -203,6 +216,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a Union object for tagged decod
     Verdict,
     External,
     Degraded,
+    LogRepaired,
     SessionEnd,
 ]
 
@@ -239,6 +253,7 @@ __all__ = [
     "EnvWrite",
     "Event",
     "External",
+    "LogRepaired",
     "NoteConsumed",
     "SessionEnd",
     "SessionStart",

@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .eventlog import EventLog, LogCorruptError, to_jsonl
+from .eventlog import EventLog, LogCorruptError, encode_line
 from .events import Event
 from .stores import (
     RepairReport,
@@ -204,7 +204,7 @@ class RedisStore:
             return
         _check_batch(session_id, events, None)
         base = events[0].version - 1
-        lines = to_jsonl(events).split("\n")[:-1]  # JSON escapes \n, not U+2028
+        lines = [encode_line(event) for event in events]  # sealed with a checksum, as JSONL lines
         status, stored = await self._call(
             self._append_script, keys=[key, self._index],
             args=[base, self._ttl, time.time(), session_id, *lines],

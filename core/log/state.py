@@ -49,6 +49,7 @@ class ConversationState:
 
     def __init__(self, playbook: Playbook) -> None:
         self.playbook = playbook
+        self._model_chars = playbook.policies.caps.model_chars
         self.version = 0
         self.session_id: str | None = None
         self.playbook_hash: str | None = None
@@ -124,11 +125,14 @@ class ConversationState:
         self.anchor = _parse_anchor(event)
 
     def _utterance(self, event: ev.Utterance) -> None:
+        text = event.text
+        if len(text) > self._model_chars:  # the models see a bounded part (policies.caps)
+            text = text[: self._model_chars]
         entry = TranscriptEntry(
             version=event.version,
             role=event.role,
-            text=event.text,
-            heard_text=event.text,
+            text=text,
+            heard_text=text,
             spoke_from_version=event.spoke_from_version,
             interrupted=event.interrupted,
             filler=event.filler,

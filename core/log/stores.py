@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .eventlog import EventLog, LogCorruptError, to_jsonl
+from .eventlog import EventLog, LogCorruptError, encode_line
 from .events import Event
 
 _SECONDS_PER_DAY = 86_400.0
@@ -73,6 +73,15 @@ class LogStore(Protocol):
         self, retention_days: int, now: float | datetime | None = None
     ) -> list[str]:
         """Delete logs untouched for more than ``retention_days``; returns their session ids."""
+        ...
+
+    async def repair(self, session_id: str) -> RepairReport | None:
+        """Keep the valid prefix of a damaged log, cut the rest; None for an unknown session.
+
+        A healthy log is left as it is (a report with nothing cut). Afterwards ``load``
+        returns ``report.log`` and ``append`` continues after it. Appends no event: the
+        runtime logs ``log_repaired`` when it resumes from a repaired log.
+        """
         ...
 
 
@@ -191,6 +200,11 @@ class MemoryStore:
         """Alias of ``purge_expired(days)`` (the name docs/internals.md uses)."""
         return await self.purge_expired(days)
 
+    async def repair(self, session_id: str) -> RepairReport | None:
+        """Memory holds decoded events, which cannot be damaged: a report with nothing cut."""
+        events = self._events.get(validate_session_id(session_id))
+        return None if events is None else RepairReport(session_id, EventLog(events))
+
     def session_ids(self) -> list[str]:
         return list(self._events)
 
@@ -227,7 +241,11 @@ class JsonlStore:
             text = await asyncio.to_thread(_read_bytes, path)
             if text is None:
                 return None
-            log = EventLog.from_jsonl(text, source=str(path))
+            try:
+                log = EventLog.from_jsonl(text, source=str(path))
+            except LogCorruptError as exc:
+                exc.session_id = session_id
+                raise
             self._remember(session_id, log.version)
             return log
 
@@ -237,7 +255,7 @@ class JsonlStore:
             return
         async with self._lock(session_id):
             _check_batch(session_id, events, self._last.get(session_id))
-            data = to_jsonl(events).encode("utf-8")
+            data = b"".join(encode_line(event) + b"\n" for event in events)
             await asyncio.to_thread(self._write, path, data)
             self._remember(session_id, events[-1].version)
 
@@ -248,13 +266,13 @@ class JsonlStore:
             self._last.pop(session_id, None)
             return await asyncio.to_thread(self._erase, path)
 
-    async def repair(self, session_id: str) -> EventLog | None:
+    async def repair(self, session_id: str) -> RepairReport | None:
         """Make a corrupt log resumable: keep its valid prefix, set the bad file aside.
 
-        Returns the log as stored afterwards (None for an unknown session). When a line is
-        corrupt, the file is kept as ``<id>.jsonl.corrupt-<unix time>`` (owner-only; erase
-        and retention cover it) and replaced atomically by the valid prefix, so appends after
-        a resume continue a readable file. A healthy log is returned unchanged.
+        Returns what was done (None for an unknown session). When a line is corrupt, the file
+        is kept as ``<id>.jsonl.corrupt-<unix ms>`` (owner-only; erase and retention cover it)
+        and replaced atomically by the valid prefix (its lines as they were written), so
+        appends after a resume continue a readable file. A healthy log is left unchanged.
         """
         path = self.path(session_id)
         async with self._lock(session_id):
@@ -265,10 +283,16 @@ class JsonlStore:
                 log = EventLog.from_jsonl(text, source=str(path))
             except LogCorruptError as exc:
                 log = exc.prefix
-                data = log.to_jsonl().encode("utf-8")
-                await asyncio.to_thread(self._replace_keeping_copy, path, data)
+                keep = _prefix_bytes(text, exc.line_number)
+                aside = await asyncio.to_thread(self._replace_keeping_copy, path, keep)
+                self._remember(session_id, log.version)
+                rest = text[len(keep):]
+                return RepairReport(
+                    session_id, log, cut_records=len([r for r in rest.split(b"\n") if r.strip()]),
+                    cut_bytes=len(rest), line=exc.line_number, reason=exc.reason,
+                    set_aside=str(aside))
             self._remember(session_id, log.version)
-            return log
+            return RepairReport(session_id, log)
 
     async def purge_expired(
         self, retention_days: int, now: float | datetime | None = None
@@ -300,13 +324,17 @@ class JsonlStore:
     def _write(self, path: Path, data: bytes) -> None:
         if not self.directory.exists():
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(path, flags, 0o600)
         try:
             # A file made by someone else (or an older version) is narrowed to owner-only.
             info = os.fstat(fd)
             if info.st_mode & 0o077:
                 os.fchmod(fd, 0o600)
+            # A crash can stop a write just before its newline: the last line is whole, so it
+            # loads, but our line must not be glued to it (a blank line is skipped on read).
+            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                data = b"\n" + data
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -347,7 +375,7 @@ class JsonlStore:
                     erased = True
         return erased
 
-    def _replace_keeping_copy(self, path: Path, data: bytes) -> None:
+    def _replace_keeping_copy(self, path: Path, data: bytes) -> Path:
         aside = path.with_name(f"{path.name}{_CORRUPT}{int(time.time() * 1000)}")
         os.link(path, aside)  # the corrupt file stays, under another name, for inspection
         temporary = path.with_name(f".{path.name}.repair")
@@ -362,6 +390,15 @@ class JsonlStore:
             os.close(fd)
         os.replace(temporary, path)
         _fsync_directory(self.directory)
+        return aside
+
+
+def _prefix_bytes(text: bytes, line_number: int) -> bytes:
+    """The bytes of ``text`` before its 1-based line ``line_number`` (whole lines, as written)."""
+    end = 0
+    for _ in range(line_number - 1):
+        end = text.index(b"\n", end) + 1
+    return text[:end]
 
 
 def _fsync_directory(directory: Path) -> None:

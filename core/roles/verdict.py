@@ -16,8 +16,6 @@ lines, pipelines and terminal handling are the runtime's, after this returns.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,23 +26,15 @@ from ..log import events as ev
 from ..log.slots import plan_confirm, plan_deny, plan_write, requires_status
 from ..values.coerce import ValueContext, ValueRefused, coerce
 from .goodbye import is_meta_instruction, is_spoken_goodbye
+from .verdict_parse import VerdictError, VerdictTooLarge, parse_verdict, parse_verdict_counted
 
 FIELDS: tuple[str, ...] = ("slots", "spans", "confirm", "deny", "advance", "interrupt", "note")
 NOTE_MAX = 200
 # A verdict naming any of these is not a missed goodbye: the spoken-goodbye backstop stays off.
 BACKSTOP_BLOCKERS: tuple[str, ...] = ("advance", "interrupt", "slots", "confirm", "deny")
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
 
 Emit = Callable[[ev.Event], Any]
-
-
-class VerdictError(ValueError):
-    """The Director's output holds no verdict object. ``detail`` says what was wrong."""
-
-    def __init__(self, detail: str) -> None:
-        self.detail = detail
-        super().__init__(detail)
 
 
 @dataclass
@@ -56,90 +46,6 @@ class AppliedVerdict:
     wrote: set[str] = field(default_factory=set)
     verdict: dict[str, Any] = field(default_factory=dict)
     events: list[ev.Event] = field(default_factory=list)
-
-
-# --- parsing -------------------------------------------------------------------------------
-
-
-def _first_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object embedded in ``text`` (prose before or after is ignored)."""
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            obj, _end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(obj, dict):
-            return obj
-        start = text.find("{", start + 1)
-    return None
-
-
-def _decode(raw: str) -> Any:
-    text = raw.strip()
-    if not text:
-        raise VerdictError("the Director returned empty text; answer with one JSON object")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    for block in _FENCE.findall(text):
-        try:
-            return json.loads(block.strip())
-        except json.JSONDecodeError:
-            continue
-    obj = _first_object(text)
-    if obj is None:
-        raise VerdictError(
-            f"no JSON object found in the Director's answer ({text[:80]!r}); answer with one "
-            'JSON object such as {"slots": {}, "advance": null}'
-        )
-    return obj
-
-
-def _unwrap_tool_call(obj: dict[str, Any]) -> dict[str, Any]:
-    """Accept {"name": "record_verdict", "arguments": {...}} (some adapters pass the call)."""
-    if set(obj) <= {"name", "arguments", "parameters", "type", "id"} and (
-        "arguments" in obj or "parameters" in obj
-    ):
-        inner = obj.get("arguments", obj.get("parameters"))
-        if isinstance(inner, str):
-            inner = _decode(inner)
-        if isinstance(inner, dict):
-            return inner
-    return obj
-
-
-def parse_verdict(raw: dict[str, Any] | str) -> dict[str, Any]:
-    """A verdict dict with every field of SPEC §7 present (missing ones empty/None).
-
-    Accepts a dict, a JSON string, a fenced ```json block, or text containing one JSON object.
-    Raises ``VerdictError`` for anything without a JSON object. Wrong-typed fields are kept as
-    they are, for ``apply_verdict`` to drop one by one; unknown fields are kept too.
-    """
-    if isinstance(raw, (bytes, bytearray)):
-        raw = raw.decode("utf-8", errors="replace")
-    obj: Any = _decode(raw) if isinstance(raw, str) else raw
-    if not isinstance(obj, dict):
-        raise VerdictError(
-            f"the verdict must be a JSON object, got {type(obj).__name__}; answer with one "
-            "object with the fields slots, spans, confirm, deny, advance, interrupt, note"
-        )
-    obj = _unwrap_tool_call(obj)
-    verdict = dict(obj)
-    for name in ("slots", "spans"):
-        if verdict.get(name) is None:
-            verdict[name] = {}
-    for name in ("confirm", "deny"):
-        if verdict.get(name) is None:
-            verdict[name] = []
-    for name in ("advance", "interrupt", "note"):
-        value = verdict.get(name)
-        if value is None or (isinstance(value, str) and not value.strip()):
-            verdict[name] = None
-    return verdict
 
 
 # --- applying ------------------------------------------------------------------------------
@@ -402,4 +308,12 @@ def apply_verdict(
     return app.result
 
 
-__all__ = ["FIELDS", "AppliedVerdict", "VerdictError", "apply_verdict", "parse_verdict"]
+__all__ = [
+    "FIELDS",
+    "AppliedVerdict",
+    "VerdictError",
+    "VerdictTooLarge",
+    "apply_verdict",
+    "parse_verdict",
+    "parse_verdict_counted",
+]

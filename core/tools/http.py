@@ -225,7 +225,7 @@ def decode_body(raw: bytes, encoding: str | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, an over-long int, nesting past the stack
         return {"text": raw.decode(encoding or "utf-8", errors="replace")}
 
 

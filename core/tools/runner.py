@@ -29,9 +29,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from ..lang.expr import compile_expr
-from ..lang.templates import TemplateRefusal, compile_tool_body, compile_tool_text
+from ..lang.templates import (
+    TemplateRefusal,
+    compile_tool_body,
+    compile_tool_text,
+    compile_tool_url,
+)
 from ..log import events as ev
 from ..log.slots import plan_write
+from ..values.clean import ValueTooLarge, clean_value, replaced_detail
 from . import http as wire
 from .http import shared_http_client
 from .outcomes import REFUSED, Emit, PipelineOutcome, is_refused
@@ -138,7 +144,7 @@ class ToolRunner:
             spec._when = compile_expr(spec.when)
         if spec.type == "http":
             if spec.url and spec._url is None:
-                spec._url = compile_tool_text(spec.url)
+                spec._url = compile_tool_url(spec.url)
             if spec.headers and not spec._headers:
                 spec._headers = {k: compile_tool_text(v) for k, v in spec.headers.items()}
             if spec.body is not None and spec._body is None:
@@ -327,6 +333,17 @@ class ToolRunner:
         data: Any, error: str | None, started: float, attempt: int, pipeline: str | None,
     ) -> ev.ToolResult:
         """Emit the result (data redacted for the log), then apply env and slot updates."""
+        if data is not None:
+            # Tool data enters the log: valid text, bounded nesting and numbers (strings are
+            # bounded by max_response_bytes already).
+            try:
+                data, replaced = clean_value(data, f"results.{spec.id}",
+                                             max_string_bytes=self._max_bytes)
+            except ValueTooLarge as exc:
+                ok, data, error = False, None, f"{REFUSED}the response cannot be stored: {exc.message}"
+            else:
+                if replaced:
+                    emit(ev.Degraded(component="tools", detail=replaced_detail(f"tool:{spec.id}", replaced)))
         hidden = frozenset(spec.env_updates.values())
         logged = wire.redact_body(data, self.env, hidden) if data is not None else None
         result = ev.ToolResult(

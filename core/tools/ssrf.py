@@ -5,7 +5,8 @@ them. ``vet_url`` refuses anything but http/https, folds every numeric spelling 
 (``2130706433``, ``0x7f.1``, ``0177.0.0.1``, ``::ffff:127.0.0.1``) to the address it means,
 resolves host names and refuses the URL when ANY resolved address is private, loopback,
 link-local, reserved, multicast, unspecified or a cloud metadata address, unless the host is
-listed in ``policies.allow_hosts`` exactly as written there.
+listed in ``policies.allow_hosts`` exactly as written there (an entry with a port,
+``127.0.0.1:8080``, allows that port only; one without allows every port of the host).
 
 The returned ``VettedTarget`` carries the address that was vetted; the HTTP layer connects to
 that address (``pinned_url``) and sends the original name as ``Host`` (and as TLS SNI), so a
@@ -181,9 +182,43 @@ def _normalise_host(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
-def _allowed(host: str, literal: IPAddress | None, allow_hosts: Collection[str]) -> bool:
+def split_allow_entry(entry: str) -> tuple[str, int | None]:
+    """``(host, port)`` of a ``policies.allow_hosts`` entry; port None allows every port.
+
+    ``api.local``, ``api.local:8443``, ``127.0.0.1:8080``, ``[::1]:8080``, ``::1``. Raises
+    ``ValueError`` for a port that is not a number from 1 to 65535.
+    """
+    text = entry.strip()
+    port_text: str | None = None
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"allow_hosts entry {entry!r}: write [address]:port")
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host = text  # a name, an IPv4 address, or a bare IPv6 address (no port)
+    port: int | None = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(
+                f"allow_hosts entry {entry!r}: the port must be a number from 1 to 65535")
+        port = int(port_text)
+    return _normalise_host(host), port
+
+
+def _allowed(
+    host: str, port: int, literal: IPAddress | None, allow_hosts: Collection[str]
+) -> bool:
     for entry in allow_hosts:
-        written = _normalise_host(entry)
+        try:
+            written, only_port = split_allow_entry(entry)
+        except ValueError:
+            continue  # refused at load (policies.allow_hosts); never a match here
+        if only_port is not None and only_port != port:
+            continue
         if written == host:
             return True
         if literal is not None:
@@ -218,8 +253,9 @@ async def vet_url(
         raise UrlRefused("the URL has no host; write an absolute URL such as https://api.example.com/path")
     port = port or _DEFAULT_PORTS[scheme]
     literal = parse_ip_literal(host)
-    allowed = _allowed(host, literal, allow_hosts)
-    hint = f"; add '{host}' to policies.allow_hosts if this host is meant to be called"
+    allowed = _allowed(host, port, literal, allow_hosts)
+    hint = (f"; add '{host}' (or '{host}:{port}' for this port only) to policies.allow_hosts "
+            "if this host is meant to be called")
 
     if not allowed and (host in _BLOCKED_NAMES or host.endswith(".localhost")):
         raise UrlRefused(f"host '{host}' is a local or metadata name{hint}")
@@ -269,5 +305,6 @@ __all__ = [
     "VettedTarget",
     "blocked_reason",
     "parse_ip_literal",
+    "split_allow_entry",
     "vet_url",
 ]

@@ -13,6 +13,7 @@ order. Every change is an event appended through ``_emit`` (log + state in one s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import os
@@ -26,11 +27,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, Problem
 from ..format.playbook import Playbook
-from ..log.eventlog import EventLog
-from ..log.events import Event, External, SessionStart, SlotWrite, SpeechCorrection, Utterance
+from ..log.eventlog import EventLog, LogCorruptError
+from ..log.events import (
+    Degraded,
+    Event,
+    External,
+    LogRepaired,
+    SessionStart,
+    SlotWrite,
+    SpeechCorrection,
+    Utterance,
+)
 from ..log.slots import plan_withdraw
 from ..log.state import ConversationState
 from ..log.stores import StoreConflict
+from ..values.clean import ValueTooLarge, clean_text, clean_value, replaced_detail, string_too_long
 from ..values.context import ValueContext
 from .quiesce import Progress
 from .speaker import Speaker, finished
@@ -228,17 +239,22 @@ class Runtime:
         completed = False
         span = self._begin_span("opening")
         try:
-            if await self._resume():
+            resumed = await self._resume()
+            if resumed and self.state.checkpoint is not None:
                 completed = True
                 return
-            self._emit(SessionStart(
-                session_id=self.session_id, playbook_hash=cached_playbook_hash(self.playbook),
-                anchor=self._anchor.isoformat(), timezone=self.playbook.guidelines.timezone,
-                call=dict(self._call), env_keys=sorted(self._env),
-            ))
-            self._started_wall = time.time()
+            if not resumed:
+                self._emit(SessionStart(
+                    session_id=self.session_id, playbook_hash=cached_playbook_hash(self.playbook),
+                    anchor=self._anchor.isoformat(), timezone=self.playbook.guidelines.timezone,
+                    call=dict(self._call), env_keys=sorted(self._env),
+                ))
+                self._started_wall = time.time()
+            # A log cut before its first advance (a crash during the start) re-runs the rest
+            # of the start: the call_start values it has not logged yet, then the init advance.
             for key, value in self._call_start.items():
-                self._emit(SlotWrite(key=key, value=value, status="confirmed", by="call_start"))
+                if key not in self.state.slots:
+                    self._emit(SlotWrite(key=key, value=value, status="confirmed", by="call_start"))
             self._progress.advance(self.playbook.initial_ref, rule_id="init", by="init")
             await self._progress.settle()
             warm_values_once(self.playbook)
@@ -261,9 +277,19 @@ class Runtime:
         """Adopt the stored log of this session, if there is one (worker failover)."""
         if self._store is None:
             return False
-        loaded = self._store.load(self.session_id)
-        if inspect.isawaitable(loaded):
-            loaded = await loaded
+        repaired = None
+        try:
+            loaded = self._store.load(self.session_id)
+            if inspect.isawaitable(loaded):
+                loaded = await loaded
+        except LogCorruptError as exc:
+            if not exc.torn_tail:
+                raise  # damage in the middle stays an error until someone calls repair()
+            # A crash cut the last line short: cut it off and say so in the log.
+            repaired = self._store.repair(self.session_id)
+            if inspect.isawaitable(repaired):
+                repaired = await repaired
+            loaded = repaired.log if repaired is not None else None
         if loaded is None or len(loaded) == 0:
             return False
         self.log = loaded
@@ -271,6 +297,9 @@ class Runtime:
         self._progress.state = self._speaker.state = self.state
         self._persisted = loaded.version
         self._started_wall = loaded[0].at or time.time()
+        if repaired is not None and repaired.repaired:
+            self._emit(LogRepaired(cut_bytes=repaired.cut_bytes, cut_records=repaired.cut_records,
+                                   line=repaired.line, reason=repaired.reason))
         return True
 
     async def _before_turn(self, *, patience: float = 0.0) -> None:
@@ -317,10 +346,10 @@ class Runtime:
         span = self._begin_span("turn")
         try:
             if self.state.ended:  # post-terminal: log the words, answer with silence
-                self._emit(Utterance(role="user", text=text))
+                self._caller_utterance(text)
                 completed = True
                 return
-            user = self._emit(Utterance(role="user", text=text))
+            user, text = self._caller_utterance(text)
             if self._store_lost() or self._flow.over_time():
                 ending = self._flow.store_failed if self._store_lost() else self._flow.time_up
                 async with aclosing(ending(reply)) as pieces:
@@ -340,6 +369,34 @@ class Runtime:
             self._close(reply, completed, task)
             self._end_span(span, task)
 
+    def _caller_utterance(self, text: str) -> tuple[Event, str]:
+        """Log the caller's words at the boundary: valid Unicode, bounded (policies.caps).
+
+        Returns the logged event and the text the models see (at most ``caps.model_chars``).
+        Each repair or cut is one event, so the log says what the models did not get.
+        """
+        caps = self.playbook.policies.caps
+        text, replaced = clean_text(text)
+        logged = text
+        extra: dict[str, Any] = {}
+        if string_too_long(text, caps.utterance_bytes) is not None:
+            logged = text.encode("utf-8")[: caps.utterance_bytes].decode("utf-8", "ignore")
+            extra = {"text_length": len(text),
+                     "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+        user = self._emit(Utterance(role="user", text=logged, **extra))
+        if replaced:
+            self._emit(Degraded(component="caller", detail=replaced_detail("caller", replaced)))
+        if extra:
+            self._emit(Degraded(component="caller", detail=(
+                f"utterance_logged_in_part:{user.version}: {len(text)} characters; the log keeps "
+                f"the first {caps.utterance_bytes} bytes, the length and the sha256")))
+        if len(text) > caps.model_chars:
+            self._emit(Degraded(component="caller", detail=(
+                f"utterance_cut_for_models:{user.version}: {len(text)} characters; the models "
+                f"see the first {caps.model_chars} (policies.caps.model_chars)")))
+            text = text[: caps.model_chars]
+        return user, text
+
     async def _decide_after_talker(self, text: str, user_version: int) -> None:
         """The turn's decision, one loop step late: the reply issues its Talker request in the
         step that created this task, so yielding once lets that request go out before the
@@ -349,7 +406,11 @@ class Runtime:
 
     async def external(self, kind: str, name: str, payload: Mapping[str, Any] | None = None) -> Turn:
         """An outside event: ``silence`` (policies.silence) or a handler's ``<kind>.<name>``."""
-        return await self._drain(self._external_stream(kind, name, dict(payload or {})))
+        try:
+            cleaned, _ = clean_value(dict(payload or {}), f"{kind}.{name} payload")
+        except ValueTooLarge as exc:
+            raise ValueError(f"external event refused: {exc.message}") from None
+        return await self._drain(self._external_stream(kind, name, cleaned))
 
     async def time_up(self) -> Turn:
         """``policies.max_call_seconds`` has passed (a host's timer fired): a hard stop.
@@ -407,6 +468,7 @@ class Runtime:
             )
         if not isinstance(heard_text, str):
             raise TypeError(f"heard_text must be a string, not {type(heard_text).__name__}")
+        heard_text, _ = clean_text(heard_text)  # a prefix of logged text: repaired there already
         event = self._emit(SpeechCorrection(utterance_version=utterance_version, heard_text=heard_text))
         self._persist()
         return event

@@ -15,6 +15,7 @@ from typing import Any
 from ..format.playbook import Playbook
 from ..log.events import Degraded, Event, NoteConsumed
 from ..roles.never_say import NeverSayFilter
+from ..values.clean import replaced_detail
 from .quiesce import Progress
 from .speech import Reply, Segment, TalkerStream, one_piece
 
@@ -182,6 +183,8 @@ class Speaker:
         if reply.stopped:
             return  # stopped mid-segment: nothing more to judge or say
         spoke_nothing = len(reply.texts) == before
+        if stream.replaced:
+            self.degrade("talker", replaced_detail("talker", stream.replaced))
         if ref is not None:
             reply.talker_at.add(ref)  # rendered here, even if it said nothing
         if stream.error is not None:

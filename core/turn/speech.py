@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..log.events import Event, Utterance
+from ..values.clean import clean_text
 
 
 @dataclass(slots=True)
@@ -145,6 +146,7 @@ class TalkerStream:
         self._source = source
         self._filter = never_say
         self.error: Exception | None = None
+        self.replaced = 0  # unencodable code points replaced in what the Talker streamed
 
     async def pieces(self) -> AsyncIterator[str]:
         trim = _Trim()
@@ -153,6 +155,9 @@ class TalkerStream:
             async for chunk in source:
                 if not isinstance(chunk, str):
                     raise TypeError(f"the Talker streamed a {type(chunk).__name__}, not text")
+                if not chunk.isascii():
+                    chunk, count = clean_text(chunk)
+                    self.replaced += count
                 text = self._filter.feed(chunk) if self._filter is not None else chunk
                 text = trim.feed(text)
                 if text:

@@ -29,6 +29,8 @@ from ..log.events import (
     Utterance,
 )
 from ..roles.goodbye import is_clear_goodbye
+from ..roles.verdict_parse import OFF_LOOP_BYTES
+from ..values.clean import clean_text, replaced_detail
 from .quiesce import Progress
 from .speaker import Speaker, finished
 from .speech import Reply, Segment
@@ -142,12 +144,19 @@ class TurnFlow:
                 self._degrade("director", f"{type(exc).__name__}: {exc}")
                 return None, 0.0, attempt
             try:
-                verdict = prompting.parse_verdict(raw)
+                verdict = await self._parse(raw, remaining=max(deadline - time.perf_counter(), 0.001))
+            except asyncio.TimeoutError:
+                self._degrade("director", f"no verdict within director_timeout="
+                              f"{rt._director_timeout}s (parsing the answer); the turn goes on "
+                              "without one")
+                return None, 0.0, attempt
             except prompting.VerdictError as exc:
+                if isinstance(exc, prompting.VerdictTooLarge):
+                    self._degrade("director", f"verdict_over_cap: {exc.detail}")
                 if attempt == 2:
                     self._degrade("director", f"unparseable verdict after one retry: {exc.detail}")
                     return None, 0.0, attempt
-                answer = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+                answer = _answer_text(raw)
                 request = self._models.DirectorRequest(
                     messages=[*request.messages,
                               {"role": "assistant", "content": answer[:2000]},
@@ -159,6 +168,20 @@ class TurnFlow:
                 continue
             return verdict, round((time.perf_counter() - started) * 1000, 3), attempt
         raise AssertionError("unreachable: the loop returns on its second attempt")
+
+    async def _parse(self, raw: Any, *, remaining: float) -> dict[str, Any]:
+        """Parse the answer (in a worker thread above a few KiB), logging a Unicode repair once."""
+        cap = self.rt.playbook.policies.caps.verdict_bytes
+        parse = self._prompting.parse_verdict_counted
+        if isinstance(raw, str) and len(raw) > OFF_LOOP_BYTES:
+            # Bounded by the cap and linear, but 64 KiB still costs milliseconds: keep the
+            # event loop (every call on this worker) free meanwhile.
+            verdict, replaced = await _within(asyncio.to_thread(parse, raw, cap=cap), remaining)
+        else:
+            verdict, replaced = parse(raw, cap=cap)
+        if replaced:
+            self._degrade("director", replaced_detail("director", replaced))
+        return verdict
 
     def _goodbye_without_verdict(self, text: str) -> None:
         """The Director failed, but an unmistakable goodbye still routes to the goodbye interrupt.
@@ -393,6 +416,16 @@ class TurnFlow:
         async with aclosing(speaker.follow_through(reply)) as pieces:
             async for piece in pieces:
                 yield piece
+
+
+def _answer_text(raw: Any) -> str:
+    """The first 2,000 characters of a rejected answer, to show the Director on its retry."""
+    if isinstance(raw, str):
+        return clean_text(raw[:2000])[0]
+    try:
+        return clean_text(json.dumps(raw, default=str)[:2000])[0]
+    except (ValueError, RecursionError):
+        return f"(a {type(raw).__name__} that cannot be shown)"
 
 
 __all__ = ["BUDGET_NOTE", "TIMEOUT_LINE", "TurnFlow"]
