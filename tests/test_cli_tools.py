@@ -179,3 +179,13 @@ def test_convert_refuses_a_bad_flow_config(tmp_path: Path, capsys: pytest.Captur
     code, _, err = run_cli(capsys, "convert", str(PIPECAT / "pizza_flow.json"), "--handlers",
                            "no_such_module_here")
     assert code == 1 and "cannot import it" in err
+
+
+def test_convert_imports_handlers_by_module_name(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.syspath_prepend(str(PIPECAT))
+    code, out, err = run_cli(capsys, "convert", str(PIPECAT / "pizza_flow.json"),
+                             "--handlers", "pizza_handlers")
+    assert code == 0, err
+    rule = Playbook.from_yaml(out).checkpoint("main.start").advance_when[0]
+    assert rule.requires == ["size", "topping"]

@@ -262,3 +262,18 @@ def test_an_invalid_flow_config_lists_every_problem_with_its_path() -> None:
 def test_the_loader_points_a_flow_config_to_convert() -> None:
     with pytest.raises(PlaybookError, match="superdialog-livekit convert"):
         Playbook.load(PIPECAT / "pizza_flow.json")
+
+
+def test_node_settings_without_a_counterpart_are_reported() -> None:
+    doc = read_flow_file(PIPECAT / "library_flow.yaml")
+    doc["nodes"]["hours"]["respond_immediately"] = False
+    doc["nodes"]["hours"]["role_message"] = "You are Ada, now reading the timetable."
+    doc["nodes"]["hours"]["post_actions"] = [{"type": "tts_say", "text": "One more thing."}]
+    conversion = convert_flow_config(doc)
+    text = "\n".join(str(p) for p in conversion.report)
+    assert "nodes.hours.respond_immediately: false is not mapped" in text
+    assert "nodes.hours.role_message: differs from the persona" in text
+    assert "nodes.hours.post_actions[0]: tts_say in post_actions is not mapped" in text
+    hours = Playbook.from_dict(conversion.document).checkpoint("main.hours")
+    assert hours.guidance.startswith("You are Ada, now reading the timetable.")
+    assert hours.say_verbatim is None

@@ -123,3 +123,35 @@ async def test_one_mapping_file_serves_both_roles_from_one_instance() -> None:
     assert talker.remaining == len(load_script(CALL, "talker"))  # its own list untouched
     chunks = [c async for c in talker.chat(chat_ctx=llm.ChatContext.empty())]
     assert "".join(c.delta.content or "" for c in chunks if c.delta).startswith("Osteria Lume")
+
+
+async def test_replay_asks_any_model_uri_through_the_livekit_adapter() -> None:
+    from fake_openai_server import FakeOpenAIServer
+
+    log = EventLog.from_jsonl(await _scripted_call_log())
+    verdicts = load_script(CALL, "director")
+    async with FakeOpenAIServer(director=verdicts) as server:
+        director = director_from_uri(f"{server.base_url}#fake-director")
+        try:
+            report = await replay(log, Playbook.load(PLAYBOOK), director)
+        finally:
+            await director.llm.aclose()
+    assert len(report.turns) == 5 and not report.has_drift, report.to_json()
+    assert len(server.director_requests) == 5
+    # each request is the turn as the caller saw it: the transcript ends at their words
+    last = server.director_requests[-1]["messages"][-1]["content"]
+    assert last.rstrip().endswith('caller: "yes, that\'s right"')
+
+
+async def _scripted_call_log() -> str:
+    from superdialog_core import Runtime
+    from superdialog_core.roles.scripts import scripted_caller, scripted_talker
+
+    rt = Runtime(Playbook.load(PLAYBOOK), scripted_director(CALL), scripted_talker(CALL), now=NOW,
+                 barrier_timeout=2.0)
+    await rt.start()
+    caller = scripted_caller(CALL)
+    while (line := caller.next_line()) is not None:
+        await rt.user_turn(line)
+    await rt.wait_idle()
+    return rt.log.to_jsonl()
