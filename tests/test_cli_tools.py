@@ -1,7 +1,7 @@
 """The author's tools on the command line: ``replay`` and ``convert`` (SPEC §12).
 
 ``replay`` reads a JSONL log written by a real scripted call (``Runtime`` with the models of
-``tests/fixtures/replay_call.yaml``), re-runs a ``scripted:`` Director and exits 0 without
+``tests/fixtures/scripts/replay_call.yaml``), re-runs a ``scripted:`` Director and exits 0 without
 drift, 1 with drift (naming the turn), 2 on bad input; ``--json`` is the same report as data,
 and two runs print the same bytes. ``convert`` writes playbooks that load, with the report on
 stderr.

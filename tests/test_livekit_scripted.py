@@ -2,7 +2,7 @@
 
 A scripted URI is a real LiveKit ``llm.LLM``, so ``DialogMachineLLM`` runs it through the
 same adapters as any model: a whole call in a real ``AgentSession`` (text mode) from
-``tests/fixtures/replay_call.yaml``, whose log then replays without drift; and ``chat`` with
+``tests/fixtures/scripts/replay_call.yaml``, whose log then replays without drift; and ``chat`` with
 piped caller lines writes that log with ``--log``.
 """
 

@@ -1,6 +1,6 @@
 """Replay (SPEC §12): re-run the Director over a logged scripted call and diff its decisions.
 
-The call is real: ``Runtime`` with the scripted models of ``tests/fixtures/replay_call.yaml``
+The call is real: ``Runtime`` with the scripted models of ``tests/fixtures/scripts/replay_call.yaml``
 (a refusal, a blocked advance, a read-back confirmation). Its JSONL log is replayed against
 the same playbook and Director (no drift), a changed Director (drift at the changed turn), and
 a changed playbook (drift, and the log named as written by another version).
@@ -27,7 +27,7 @@ from superdialog_core.turn.replay import describe, logged_decisions, replay
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PLAYBOOK = FIXTURES / "replay_booking.yaml"
-CALL = FIXTURES / "replay_call.yaml"
+CALL = FIXTURES / "scripts" / "replay_call.yaml"
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=ZoneInfo("Europe/Rome"))  # a Tuesday
 
 

@@ -16,7 +16,7 @@ from superdialog_core.roles.scripts import (
     scripted_talker,
 )
 
-CALL = Path(__file__).resolve().parent / "fixtures" / "replay_call.yaml"
+CALL = Path(__file__).resolve().parent / "fixtures" / "scripts" / "replay_call.yaml"
 
 
 def write(tmp_path: Path, text: str) -> Path:
