@@ -277,3 +277,40 @@ def test_node_settings_without_a_counterpart_are_reported() -> None:
     hours = Playbook.from_dict(conversion.document).checkpoint("main.hours")
     assert hours.guidance.startswith("You are Ada, now reading the timetable.")
     assert hours.say_verbatim is None
+
+
+def test_yaml_flow_configs_may_include_files_relative_to_themselves(tmp_path: Path) -> None:
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "nodes.yaml").write_text(
+        "greet:\n  task_messages: !include greet_task.json\n"
+        "  functions:\n    - {name: done, transition_only: true, description: All set., transition_to: bye}\n"
+        "bye:\n  task_messages: [{role: system, content: Say bye.}]\n"
+        "  post_actions: [{type: end_conversation}]\n")
+    (tmp_path / "parts" / "greet_task.json").write_text('[{"role": "system", "content": "Say hi."}]')
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("initial_node: greet\nnodes: !include parts/nodes.yaml\n")
+    conversion = convert_flow_config(read_flow_file(flow))
+    playbook = Playbook.from_dict(conversion.document)
+    assert playbook.checkpoint("main.greet").goal == "Say hi."
+    assert playbook.checkpoint("main.bye").terminal
+    flow.write_text("initial_node: greet\nnodes: !include parts/missing.yaml\n")
+    with pytest.raises(PlaybookError, match=r"!include parts/missing\.yaml: cannot read"):
+        read_flow_file(flow)
+
+
+async def test_a_global_function_with_code_runs_in_its_own_step() -> None:
+    doc = read_flow_file(PIPECAT / "library_flow.yaml")
+    doc["global_functions"].append({"name": "log_complaint", "transition_to": "goodbye"})
+    conversion = convert_flow_config(doc)
+    playbook = Playbook.from_dict(conversion.document)
+    spec = playbook.interrupt("log_complaint")
+    assert spec is not None and spec.to == "main.log_complaint__global"
+    logged: list[str] = []
+    rt = Runtime(playbook, ScriptedDirector([{"interrupt": "log_complaint"}]),
+                 ScriptedTalker(["Oh no."]), now=NOW,
+                 python_tools={"log_complaint": lambda args: logged.append("x") or {}})
+    await rt.start()
+    turn = await rt.user_turn("I want to complain about the noise")
+    assert logged == ["x"] and turn.ended and turn.outcome == "goodbye"
+    text = "\n".join(str(p) for p in conversion.report)
+    assert "a failed 'log_complaint' call stays at the step log_complaint__global" in text

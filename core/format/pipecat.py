@@ -3,7 +3,8 @@
 The FlowConfig schema read here is the declarative one of pipecat-flows (``initial_node``;
 ``nodes`` as a mapping of name → node with ``task_messages``, ``role_message``, ``functions``,
 ``pre_actions``, ``post_actions``, ``context_strategy``, ``respond_immediately``;
-``global_functions``), with unknown keys refused everywhere except in actions, as pipecat does.
+``global_functions``; YAML with pipecat's ``!include`` relative to the file, or JSON), with
+unknown keys refused everywhere except in actions, as pipecat does.
 Everything lands in one journey ``main``, one checkpoint per node, and every choice that is not
 exact is written into the report:
 
@@ -42,7 +43,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import PlaybookError, Problem
-from .yaml12 import dump_yaml_text, load_yaml
+from .yaml12 import Yaml12Loader, dump_yaml_text
 
 JOURNEY = "main"
 
@@ -131,8 +132,45 @@ def _case_key(key: Any) -> str:
     return text.lower() if text.lower() in ("true", "false") else text
 
 
+class _IncludeError(Exception):
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+
+MAX_INCLUDE_DEPTH = 8
+
+
+def _include_loader(base: Path, depth: int = 0) -> type[Yaml12Loader]:
+    """A YAML 1.2 loader with pipecat's ``!include <path>`` (relative to ``base``)."""
+
+    class IncludeLoader(Yaml12Loader):
+        pass
+
+    def include(loader: Yaml12Loader, node: yaml.Node) -> Any:
+        name = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+        path = base / name
+        where = f"!include {name}"
+        if depth >= MAX_INCLUDE_DEPTH:
+            raise _IncludeError(Problem(where, f"includes nest deeper than {MAX_INCLUDE_DEPTH}",
+                                        "check for a file that includes itself"))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _IncludeError(Problem(where, f"cannot read {path}: {exc}")) from exc
+        try:
+            if path.suffix.lower() == ".json":
+                return json.loads(text)
+            return yaml.load(text, Loader=_include_loader(path.parent, depth + 1))  # Yaml12Loader is a SafeLoader
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise _IncludeError(Problem(where, f"{path} does not parse: {exc}")) from exc
+
+    IncludeLoader.add_constructor("!include", include)
+    return IncludeLoader
+
+
 def read_flow_file(path: str | Path) -> Any:
-    """Parse a FlowConfig (or any document) from ``.json``, else YAML (1.2 scalars)."""
+    """Parse a FlowConfig (or any document) from ``.json``, else YAML (1.2 scalars, with
+    pipecat's ``!include`` relative to the file)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -143,13 +181,15 @@ def read_flow_file(path: str | Path) -> Any:
     is_json = file.suffix.lower() == ".json" or (
         file.suffix.lower() not in (".yaml", ".yml") and text.lstrip().startswith("{"))
     try:
-        return json.loads(text) if is_json else load_yaml(text)
+        if is_json:
+            return json.loads(text)
+        return yaml.load(text, Loader=_include_loader(file.parent))  # Yaml12Loader is a SafeLoader
+    except _IncludeError as exc:
+        raise PlaybookError([exc.problem], str(file)) from None
     except json.JSONDecodeError as exc:
         raise PlaybookError([Problem("", f"not valid JSON: {exc}")], str(file)) from exc
     except yaml.YAMLError as exc:
-        hint = ("inline the included file (!include is not supported)"
-                if "!include" in str(exc) else None)
-        raise PlaybookError([Problem("", f"not valid YAML: {exc}", hint)], str(file)) from exc
+        raise PlaybookError([Problem("", f"not valid YAML: {exc}")], str(file)) from exc
 
 
 def is_flow_config(doc: Any) -> bool:
