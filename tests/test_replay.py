@@ -213,3 +213,18 @@ def test_replay_needs_a_caller_utterance() -> None:
         import asyncio
 
         asyncio.run(replay_turn(log, Playbook.load(PLAYBOOK), ScriptedDirector([]), 1))
+
+
+async def test_a_log_whose_verdicts_do_not_name_their_utterance_still_replays() -> None:
+    import json
+
+    lines = []
+    for line in (await logged_call()).to_jsonl().splitlines():
+        event = json.loads(line)
+        if event["type"] == "verdict":
+            event.pop("user_version", None)  # as an older writer logged it
+        lines.append(json.dumps(event))
+    log = EventLog.from_jsonl("\n".join(lines) + "\n")
+    report = await replay(log, Playbook.load(PLAYBOOK), scripted_director(CALL))
+    assert len(report.turns) == 5 and not report.has_drift
+    assert report.turns[4].logged.advance is not None

@@ -176,8 +176,16 @@ def logged_decisions(log: EventLog) -> tuple[dict[int, Decision], list[dict[str,
     """
     events = list(log)
     users = [e for e in events if isinstance(e, ev.Utterance) and e.role == "user"]
-    verdicts = {e.user_version: e for e in events
-                if isinstance(e, ev.Verdict) and e.user_version is not None}
+    verdicts: dict[int, ev.Verdict] = {}
+    last_user: int | None = None
+    for e in events:
+        if isinstance(e, ev.Utterance) and e.role == "user":
+            last_user = e.version
+        elif isinstance(e, ev.Verdict):
+            # A log written before verdicts named their utterance: the latest one before it.
+            owner = e.user_version if e.user_version is not None else last_user
+            if owner is not None:
+                verdicts.setdefault(owner, e)
     bounds = {u.version: (users[i + 1].version if i + 1 < len(users) else len(events) + 1)
               for i, u in enumerate(users)}
     decided: dict[int, Decision] = {}
