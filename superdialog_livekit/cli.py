@@ -1,4 +1,4 @@
-"""The ``superdialog-livekit`` command: validate, graph, schema, chat.
+"""The ``superdialog-livekit`` command: validate, graph, schema, chat, replay, convert.
 
 ``chat`` runs a real LiveKit ``AgentSession`` in text mode (no server) with
 ``DialogMachineLLM``; it defaults to the offline model ``local/smollm2-135m`` for both roles.
@@ -225,6 +225,10 @@ async def _chat(args: argparse.Namespace) -> int:
             show("(after the last reply)", who="later:")
     state = llm.runtime.state
     out.print(f"checkpoint: {state.checkpoint}  ended: {state.ended}  outcome: {state.outcome}")
+    if getattr(args, "log", None):
+        Path(args.log).write_text(llm.runtime.log.to_jsonl(), encoding="utf-8")
+        err.print(f"log written to {args.log} (replay it with: superdialog-livekit replay "
+                  f"{args.log} {args.playbook} --director URI)", markup=False)
     return 0
 
 
@@ -272,13 +276,185 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return asyncio.run(_chat(args))
 
 
+# --- replay -------------------------------------------------------------------------------
+
+
+def _read_log(path: Path) -> Any:
+    """The event log in a JSONL file (a JsonlStore file or ``chat --log``)."""
+    from superdialog_core import EventLog
+
+    return EventLog.from_jsonl(path.read_bytes(), source=str(path))
+
+
+async def _replay(args: argparse.Namespace) -> int:
+    from superdialog_core.turn.replay import replay, report_lines
+
+    from .uris import director_from_uri
+
+    err = _console(stderr=True)
+    log_path = Path(args.log)
+    try:
+        log = _read_log(log_path)
+    except OSError as exc:
+        err.print(f"cannot read the log {log_path}: {exc}", markup=False)
+        return 2
+    except ValueError as exc:  # LogCorruptError names the line
+        err.print(str(exc), markup=False)
+        return 2
+    try:
+        playbook = Playbook.load(args.playbook)
+    except PlaybookError as exc:
+        err.print(str(exc), markup=False)
+        return 2
+    director_uri = args.director or os.environ.get("DIRECTOR_MODEL") or DEFAULT_MODEL
+    timeout = args.director_timeout
+    if timeout is None:
+        timeout = LOCAL_DIRECTOR_TIMEOUT if _is_local(director_uri) else 8.0
+    try:
+        director = director_from_uri(director_uri,
+                                     base_url=os.environ.get("SUPERDIALOG_LLM_BASE_URL"))
+    except ConfigError as exc:
+        err.print(str(exc), markup=False)
+        return 2
+    try:
+        report = await replay(log, playbook, director, director_timeout=timeout)
+    finally:
+        model = getattr(director, "llm", None)  # a LiveKit LLM this command built
+        if model is not None:
+            await model.aclose()
+    if args.json:
+        data = report.to_dict()
+        data.update(log=str(log_path), playbook_path=str(args.playbook), director=director_uri)
+        sys.stdout.write(json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False,
+                                    default=str) + "\n")
+    else:
+        text = report_lines(report, log=str(log_path), playbook=str(args.playbook),
+                            director=director_uri)
+        sys.stdout.write("\n".join(text) + "\n")
+    return 1 if report.has_drift else 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    return asyncio.run(_replay(args))
+
+
+# --- convert ------------------------------------------------------------------------------
+
+
+def _import_handlers(name: str) -> dict[str, Any]:
+    """The public callables of a module (dotted name, or a path to a .py file)."""
+    import importlib
+
+    path = Path(name)
+    if name.endswith(".py") or path.is_file():
+        spec = importlib.util.spec_from_file_location(f"superdialog_handlers_{path.stem}", path)
+        if spec is None or spec.loader is None or not path.is_file():
+            raise ValueError(f"--handlers {name}: no such Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # `python -m`-style: modules of the working dir
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ValueError(f"--handlers {name}: cannot import it ({exc}); pass a module on "
+                             "the Python path or a .py file") from exc
+    return {key: value for key, value in vars(module).items()
+            if callable(value) and not key.startswith("_") and not isinstance(value, type)}
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from superdialog_core.format.pipecat import convert_flow_config, is_flow_config, read_flow_file
+
+    err = _console(stderr=True)
+    source = Path(args.file)
+    try:
+        doc = read_flow_file(source)
+    except PlaybookError as exc:
+        err.print(str(exc), markup=False)
+        return 1
+    report: list[str] = []
+    if is_flow_config(doc):
+        try:
+            handlers = _import_handlers(args.handlers) if args.handlers else None
+        except ValueError as exc:
+            err.print(str(exc), markup=False)
+            return 1
+        try:
+            conversion = convert_flow_config(doc, handlers=handlers, name=source.stem,
+                                             source=str(source))
+        except PlaybookError as exc:
+            err.print(str(exc), markup=False)
+            return 1
+        text = conversion.to_yaml()
+        report = [str(p) for p in conversion.report]
+        kind = "pipecat-flows FlowConfig"
+    else:
+        if args.handlers:
+            err.print("--handlers is only read for a pipecat FlowConfig; ignored", markup=False)
+        try:
+            playbook = Playbook.load(source)  # a legacy flow compiles through our flow compiler
+        except PlaybookError as exc:
+            err.print(str(exc), markup=False)
+            return 1
+        text = playbook.to_yaml()
+        report = list(playbook.coverage or [])
+        kind = "legacy flow" if playbook.coverage is not None else "playbook"
+    try:
+        playbook = Playbook.from_yaml(text, source=args.output or "<converted>")
+    except PlaybookError as exc:
+        err.print(f"the converted playbook does not load, which is a bug of convert; "
+                  f"please report it with the input file:\n{exc}", markup=False)
+        return 1
+    report += [f"warning: {w}" for w in playbook.warnings if str(w) not in report]
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        where = args.output
+    else:
+        sys.stdout.write(text)
+        where = "stdout"
+    err.print(f"converted {source} ({kind}) → {where}: {len(playbook.checkpoints)} checkpoints",
+              markup=False)
+    if report:
+        err.print(f"what did not map or needs a look ({len(report)}):", markup=False)
+        for line in report:
+            err.print(f"  - {line}", markup=False)
+    else:
+        err.print("everything mapped", markup=False)
+    return 0
+
+
+def _add_tool_parsers(sub: Any) -> None:
+    """The author's tools: ``chat --log``, ``replay`` and ``convert`` (SPEC §12)."""
+    chat = sub.choices["chat"]
+    chat.add_argument("--log", help="write the call's event log (JSONL) to this file at the end, "
+                      "for replay")
+    p = sub.add_parser("replay", help="re-run the Director over a logged call; diff its "
+                       "decisions; exit 1 on drift (2 on bad input)")
+    p.add_argument("log", help="the call's JSONL event log (a JsonlStore file or chat --log)")
+    p.add_argument("playbook")
+    p.add_argument("--director", help="model URI for the Director, e.g. scripted:verdicts.yaml "
+                   f"(default: $DIRECTOR_MODEL, else {DEFAULT_MODEL})")
+    p.add_argument("--director-timeout", type=float, default=None,
+                   help="seconds to wait for a verdict (default 8; 60 with a local/ model)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
+    p.set_defaults(func=_cmd_replay)
+    p = sub.add_parser("convert", help="pipecat-flows FlowConfig or legacy flow → playbook YAML")
+    p.add_argument("file", help="a FlowConfig (YAML or JSON) or a superdialog legacy flow")
+    p.add_argument("-o", "--output", help="write the playbook here (default: stdout)")
+    p.add_argument("--handlers", help="the flow's functions: an importable module or a .py file; "
+                   "their signatures give the slots")
+    p.set_defaults(func=_cmd_convert)
+
+
 # --- entry point --------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="superdialog-livekit",
-        description="Validate, draw, describe and chat with superdialog playbooks.",
+        description="Validate, draw, describe, chat with, replay and convert superdialog playbooks.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check playbooks; print every problem; exit 1 on any")
@@ -299,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", help="Python file defining TOOLS = {id: callable} "
                    "(default: <playbook>_tools.py next to the playbook, if present)")
     p.set_defaults(func=_cmd_chat)
+    _add_tool_parsers(sub)
     return parser
 
 

@@ -4,7 +4,9 @@
   ``base_url`` is given, e.g. from ``SUPERDIALOG_LLM_BASE_URL``, that OpenAI-compatible server);
 * ``http(s)://host:port/v1#<model>``: the same plugin against any OpenAI-compatible server;
 * ``livekit/<provider>/<model>``: LiveKit's hosted inference (needs LiveKit keys);
-* ``local/<name-or-gguf>``: the local llama.cpp server (the ``local`` extra, see ``_local_llm``).
+* ``local/<name-or-gguf>``: the local llama.cpp server (the ``local`` extra, see ``_local_llm``);
+* ``scripted:<file.yaml>``: a script of replies or verdicts used in order (``scripted.py``), so
+  ``chat``, ``replay`` and the worker run without a model.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ URI_FORMS = (
     "http(s)://host:port/v1#<model>",
     "livekit/<provider>/<model>",
     "local/<name-or-gguf>",
+    "scripted:<file.yaml>",
 )
 _HINT = "use one of: " + ", ".join(URI_FORMS)
 # An OpenAI-compatible server without auth still needs some key string in the client.
@@ -86,6 +89,34 @@ def _local_llm(uri: str, name: str, role: str | None = None) -> llm.LLM:
     return model
 
 
+SCRIPTED = "scripted:"
+
+
+def _scripted_llm(uri: str, role: str | None) -> llm.LLM:
+    """``scripted:<file.yaml>``: a LiveKit LLM playing the file's list for ``role``."""
+    if role not in ("talker", "director"):
+        raise _problem(uri, "a scripted model plays the talker or the director; say which",
+                       "pass role='talker' or role='director'")
+    from .scripted import ScriptedLLM
+
+    return ScriptedLLM(uri, role)
+
+
+def director_from_uri(uri: str, *, base_url: str | None = None) -> Any:
+    """The engine's ``DirectorModel`` for a model URI (``replay`` asks it outside LiveKit).
+
+    ``scripted:`` gives the engine's own ``ScriptedDirector``; any other URI the LiveKit LLM
+    it names behind the same adapter ``DialogMachineLLM`` uses (its ``.llm`` is that LLM).
+    """
+    if isinstance(uri, str) and uri.strip().startswith(SCRIPTED):
+        from superdialog_core.roles.scripts import scripted_director
+
+        return scripted_director(uri.strip())
+    from .adapters import LiveKitDirector
+
+    return LiveKitDirector(llm_from_uri(uri, base_url=base_url, role="director"))
+
+
 def llm_from_uri(uri: str, *, base_url: str | None = None, role: str | None = None) -> llm.LLM:
     """A LiveKit ``llm.LLM`` for a model URI; ``ConfigError`` (naming the URI and the fix) otherwise.
 
@@ -96,6 +127,8 @@ def llm_from_uri(uri: str, *, base_url: str | None = None, role: str | None = No
     if not isinstance(uri, str) or not uri.strip():
         raise _problem(str(uri), "is empty")
     uri = uri.strip()
+    if uri.startswith(SCRIPTED):
+        return _scripted_llm(uri, role)
     scheme, _, rest = uri.partition("/")
     if uri.startswith(("http://", "https://")):
         parts = urlsplit(uri)
@@ -148,4 +181,4 @@ def resolve_llm(model: Any, *, base_url: str | None = None, role: str = "model")
                                _HINT)])
 
 
-__all__ = ["URI_FORMS", "llm_from_uri", "resolve_llm"]
+__all__ = ["URI_FORMS", "director_from_uri", "llm_from_uri", "resolve_llm"]

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 PIPECAT_MESSAGE = (
     "this looks like a pipecat-flows FlowConfig; convert it with "
-    "`superdialog-livekit convert FILE` (not available yet)"
+    "`superdialog-livekit convert FILE -o playbook.yaml` (add `--handlers <module>` to read "
+    "its functions' parameters)"
 )
 
 
