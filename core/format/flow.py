@@ -56,7 +56,9 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
     With problems, the document is best-effort (unknown keys and bad values left out, edges to
     unknown nodes cut, unknown actions skipped) so the full format's checks can still run; it
     is empty when nothing could be compiled (no usable initial node)."""
-    flow, problems, repair = validate_best_effort(ConversationFlow, doc)
+    # The aliases are renamed first, so a repair removes what is wrong at the key it validates.
+    named = {ALIASES.get(k, k): v for k, v in doc.items() if not (k in ALIASES and ALIASES[k] in doc)}
+    flow, problems, repair = validate_best_effort(ConversationFlow, named)
     problems = [_alias_path(doc, p) for p in problems]
     if flow is None:
         return {}, problems, []
