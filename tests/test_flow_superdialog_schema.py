@@ -167,3 +167,19 @@ def test_the_fixture_is_also_valid_for_yaml_readers() -> None:
     # The same flow as YAML text loads the same (YAML 1.2 scalars: `on`, `no` stay strings).
     text = yaml.safe_dump(doc())
     assert Playbook.from_yaml(text) == Playbook.load(FIXTURE)
+
+
+def test_the_bench_flow_is_ours_has_50_nodes_and_maps_fully() -> None:
+    """bench/flow_50.json (the load benchmark's input) is what bench/make_flow50.py writes."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1] / "bench"
+    spec = importlib.util.spec_from_file_location("make_flow50", root / "make_flow50.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    built = module.build()
+    assert json.loads((root / "flow_50.json").read_text()) == built
+    assert len(built["nodes"]) == 50
+    playbook = Playbook.load(root / "flow_50.json", strict=True)
+    assert playbook.coverage_gaps == []

@@ -43,6 +43,17 @@ def _locals(source: Any) -> frozenset[str]:
     return frozenset()
 
 
+@functools.lru_cache(maxsize=4096)
+def _compile_expr(text: str, declared: frozenset[str], allow_pipeline: bool, allow_env: bool,
+                  allow_args: bool) -> Any:
+    """A compiled expression, shared by (text, where it may run) like compiled templates."""
+    from ..lang import expr
+
+    context = expr.ExprContext(declared_slots=declared, allow_pipeline=allow_pipeline,
+                               allow_env=allow_env, allow_args=allow_args)
+    return expr.compile_expr(text, context=context)
+
+
 class _Compiler:
     def __init__(self, playbook: Playbook) -> None:
         from ..lang import expr, templates  # jinja2 is imported by the first load (start-up time)
@@ -51,6 +62,7 @@ class _Compiler:
         self.templates = templates
         self.pb = playbook
         self.declared = playbook.declared_slots()
+        self.declared_frozen = frozenset(self.declared)  # hashed once for the compile cache
         self.problems: list[Problem] = []
         self.known = {
             "results": {t.store_response_as for t in playbook.tools if t.store_response_as} | {"pipeline"},
@@ -71,12 +83,8 @@ class _Compiler:
 
     def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool,
                    allow_args: bool = False) -> Any:
-        context = self.expr.ExprContext(
-            declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline,
-            allow_env=allow_env, allow_args=allow_args,
-        )
         try:
-            compiled = self.expr.compile_expr(text, context=context)
+            compiled = _compile_expr(text, self.declared_frozen, allow_pipeline, allow_env, allow_args)
         except self.expr.ExprError as exc:
             self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
             return None

@@ -34,6 +34,7 @@ became (``Playbook.coverage_gaps`` lists those that did not fully map).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -55,7 +56,29 @@ def compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], li
 
     With problems, the document is best-effort (unknown keys and bad values left out, edges to
     unknown nodes cut, unknown actions skipped) so the full format's checks can still run; it
-    is empty when nothing could be compiled (no usable initial node)."""
+    is empty when nothing could be compiled (no usable initial node).
+
+    The compile is a pure function of the document, so the last few results are kept by the
+    document's JSON text: a worker that loads the same flow for every call compiles it
+    once. The returned full document is shared: read it, do not change it."""
+    try:
+        key = json.dumps(doc, separators=(",", ":"))  # key order matters: a reordered doc only misses
+    except (TypeError, ValueError):  # not JSON data (from_dict with other values): no cache
+        return _compile_flow(doc)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = _compile_flow(doc)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+    full, problems, coverage = hit
+    return full, list(problems), list(coverage)
+
+
+_CACHE: dict[str, tuple[dict[str, Any], list[Problem], list[CoverageEntry]]] = {}
+_CACHE_SIZE = 16
+
+
+def _compile_flow(doc: dict[str, Any]) -> tuple[dict[str, Any], list[Problem], list[CoverageEntry]]:
     # The aliases are renamed first, so a repair removes what is wrong at the key it validates.
     named = {ALIASES.get(k, k): v for k, v in doc.items() if not (k in ALIASES and ALIASES[k] in doc)}
     flow, problems, repair = validate_best_effort(ConversationFlow, named)

@@ -56,13 +56,41 @@ def template_locals(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
+Plan = tuple[tuple[str, ...], tuple[tuple[int, str, int], ...]]
+
+
 @functools.lru_cache(maxsize=4096)
-def _lex(text: str) -> tuple[list[tuple[int, str, str]], frozenset[str]] | None:
-    """Jinja's raw tokens (they give the text back exactly) and the template's own names."""
+def _plan(text: str) -> Plan | None:
+    """The template's tokens (Jinja's raw lexer gives the text back exactly) and its head names
+    as ``(token index, name, index of a directly following ``.success`` name or -1)``; None
+    when it does not lex. Cached by text: a flow's templates are planned once per process."""
     try:
-        return list(_ENV.lex(text)), template_locals(text)
+        tokens = list(_ENV.lex(text))
     except TemplateSyntaxError:
         return None
+    local = template_locals(text)
+    found: list[tuple[int, str, int]] = []
+    inside = False
+    for i, (_, kind, value) in enumerate(tokens):
+        if kind in _CODE:
+            inside = True
+        elif kind in _CODE_END:
+            inside = False
+        if not inside or kind != "name":
+            continue
+        prev = _significant(tokens, i, -1)
+        prev_value = tokens[prev][2] if prev >= 0 else ""
+        nxt = _significant(tokens, i, 1)
+        next_value = tokens[nxt][2] if nxt < len(tokens) else ""
+        before_prev = tokens[_significant(tokens, prev, -1)][2] if prev > 0 else ""
+        is_test = prev_value == "is" or (prev_value == "not" and before_prev == "is")
+        if (prev_value in (".", "|") or is_test or next_value in ("=", "(") or prev_value == "filter"
+                or value in _KEYWORDS or value in local or value in NAMESPACES):
+            continue  # an attribute, filter, test, kwarg, call, keyword, local or namespace
+        success = i + 2 if (i + 2 < len(tokens) and tokens[i + 1][2] == "."
+                            and tokens[i + 2][1:] == ("name", "success")) else -1
+        found.append((i, value, success))
+    return tuple(t[2] for t in tokens), tuple(found)
 
 
 def _significant(tokens: list[tuple[int, str, str]], start: int, step: int) -> int:
@@ -74,54 +102,34 @@ def _significant(tokens: list[tuple[int, str, str]], start: int, step: int) -> i
 
 def heads(text: str) -> list[str] | None:
     """The bare head names the template reads (None when it does not lex)."""
-    found: list[str] = []
-    if rewrite(text, lambda name: (found.append(name), None)[1]) is None:
-        return None
-    return found
+    if "{{" not in text and "{%" not in text:
+        return []
+    plan = _plan(text)
+    return None if plan is None else [name for _, name, _ in plan[1]]
 
 
 def rewrite(text: str, resolve: Callable[[str], str | None]) -> str | None:
-    """``text`` with each head name replaced by ``resolve(name)`` (None: kept as written).
+    """``text`` with each head name replaced by ``resolve(name)`` (None: kept as written); a
+    ``.success`` right after a name that became ``results.X`` becomes ``.ok``.
 
     Returns None when the template does not lex; the caller keeps it, and the load's template
     compile then reports the syntax error at its path."""
     if "{{" not in text and "{%" not in text:
         return text
-    lexed = _lex(text)
-    if lexed is None:
+    plan = _plan(text)
+    if plan is None:
         return None
-    tokens, local = lexed
-    out: list[str] = []
-    inside = False
-    success_after = -1  # token index of a `results.X` head whose `.success` becomes `.ok`
-    for i, (_, kind, value) in enumerate(tokens):
-        if kind in _CODE:
-            inside = True
-        elif kind in _CODE_END:
-            inside = False
-        if not inside or kind != "name":
-            out.append(value)
-            continue
-        prev = _significant(tokens, i, -1)
-        prev_value = tokens[prev][2] if prev >= 0 else ""
-        nxt = _significant(tokens, i, 1)
-        next_value = tokens[nxt][2] if nxt < len(tokens) else ""
-        if success_after >= 0 and value == "success" and prev_value == "." and prev == success_after + 1:
-            out.append("ok")
-            continue
-        before_prev = tokens[_significant(tokens, prev, -1)][2] if prev > 0 else ""
-        is_test = prev_value == "is" or (prev_value == "not" and before_prev == "is")
-        if (prev_value in (".", "|") or is_test or next_value == "="
-                or next_value == "(" or prev_value == "filter" or value in _KEYWORDS or value in local or value in NAMESPACES):
-            out.append(value)
-            continue
-        replaced = resolve(value)
+    pieces, found = plan
+    if not found:
+        return text
+    out = list(pieces)
+    for index, name, success in found:
+        replaced = resolve(name)
         if replaced is None:
-            out.append(value)
             continue
-        out.append(replaced)
-        success_after = i if replaced.startswith("results.") else -1
+        out[index] = replaced
+        if success >= 0 and replaced.startswith("results."):
+            out[success] = "ok"
     return "".join(out)
-
 
 __all__ = ["NAMESPACES", "heads", "rewrite", "template_locals"]

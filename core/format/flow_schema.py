@@ -239,9 +239,10 @@ def inert_keys(flow: ConversationFlow) -> dict[str, int]:
     counts: dict[str, int] = {}
 
     def count(where: str, model: BaseModel, keys: dict[str, Any]) -> None:
-        for key, default in keys.items():
-            if key in model.model_fields_set and getattr(model, key) != default:
-                counts[f"{where}{key}"] = counts.get(f"{where}{key}", 0) + 1
+        given = model.model_fields_set
+        for key, default in keys.items():  # in a fixed order: the warning reads the same each load
+            if key in given and getattr(model, key) != default:
+                counts[where + key] = counts.get(where + key, 0) + 1
 
     count("", flow, _INERT["top"])
     for node in flow.nodes:

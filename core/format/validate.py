@@ -282,8 +282,8 @@ def exits(playbook: Playbook, cp: Checkpoint) -> list[str]:
     targets = [rule.to for rule in cp.advance_when]
     if cp.on_failure:
         targets.append(cp.on_failure)
-    pipelines = {p.id: p for p in playbook.pipelines}
     if cp.pipeline:
+        pipelines = playbook.__pydantic_private__["_pipelines"]  # id → spec, built at construction
         targets.extend(_pipeline_targets(pipelines.get(cp.pipeline)))
     return targets
 
