@@ -45,20 +45,26 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
-@pytest.mark.parametrize("rule", sorted(RULES))
-def test_each_downgraded_rule_warns_on_load_and_fails_strict(rule: str, tmp_path: Path) -> None:
-    guidance, message = RULES[rule]
-    path = tmp_path / "p.yaml"
-    path.write_text(BASE.replace("GUIDANCE", guidance))
-    playbook = Playbook.load(path)
-    [warning] = playbook.warnings
-    assert warning.message.startswith(message) and warning.path == "journeys.main.checkpoints[0].guidance"
-    with pytest.raises(PlaybookError) as err:
-        Playbook.load(path, strict=True)
-    assert [(p.severity, p.message) for p in err.value.problems] == [("error", warning.message)]
-    loose, strict = cli("validate", str(path)), cli("validate", "--strict", str(path))
-    assert loose.returncode == 0 and f"warning: {warning}" in loose.stdout
-    assert strict.returncode == 1 and f"error: {warning}" in strict.stdout
+def test_each_downgraded_rule_warns_on_load_and_fails_strict(tmp_path: Path) -> None:
+    paths = {}
+    for rule, (guidance, message) in RULES.items():
+        path = paths[rule] = tmp_path / f"{rule.replace(' ', '_')}.yaml"
+        path.write_text(BASE.replace("GUIDANCE", guidance))
+        [warning] = Playbook.load(path).warnings
+        assert warning.message.startswith(message), rule
+        assert warning.path == "journeys.main.checkpoints[0].guidance"
+        with pytest.raises(PlaybookError) as err:
+            Playbook.load(path, strict=True)
+        assert [(p.severity, p.message) for p in err.value.problems] == [("error", warning.message)]
+    files = [str(p) for p in paths.values()]
+    loose, strict = cli("validate", *files), cli("validate", "--strict", *files)
+    assert loose.returncode == 0
+    assert strict.returncode == 1
+    for rule, path in paths.items():  # each file fails --strict on its own rule
+        message = RULES[rule][1]
+        assert f"✓ {path}" in loose.stdout and f"✗ {path}" in strict.stdout
+        assert f"warning: journeys.main.checkpoints[0].guidance: {message}" in loose.stdout
+        assert f"error: journeys.main.checkpoints[0].guidance: {message}" in strict.stdout
 
 
 def test_a_clean_file_passes_strict(tmp_path: Path) -> None:
