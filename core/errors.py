@@ -11,13 +11,15 @@ class Problem:
 
     ``path`` is dotted (``journeys.visit.checkpoints[2].advance_when[0].to``), ``message`` says
     what is wrong, ``hint`` (when there is one) says how to fix it. ``severity`` is ``error``
-    or ``warning``; only errors stop a load.
+    or ``warning``; only errors stop a load. ``strict`` marks a warning that ``validate
+    --strict`` / ``Playbook.load(path, strict=True)`` turns into an error (SPEC §2.2).
     """
 
     path: str
     message: str
     hint: str | None = None
     severity: str = "error"
+    strict: bool = False
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message

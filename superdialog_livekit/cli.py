@@ -42,7 +42,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.playbooks:
         try:
-            playbook = Playbook.load(path)
+            playbook = Playbook.load(path, strict=args.strict)
         except PlaybookError as exc:
             failed += 1
             errors = [p for p in exc.problems if p.severity == "error"]
@@ -58,6 +58,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         out.print(f"[green]✓ {path}[/green]: {len(playbook.checkpoints)} checkpoints")
         for warning in playbook.warnings:
             out.print(f"  warning: {warning}", markup=False)
+        if playbook.gate_note:
+            out.print(f"  note: {playbook.gate_note}", markup=False)
     return 1 if failed else 0
 
 
@@ -459,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check playbooks; print every problem; exit 1 on any")
     p.add_argument("playbooks", nargs="+")
+    p.add_argument("--strict", action="store_true",
+                   help="template reads that render empty (undeclared slot, env in speech, "
+                        "bare name) are errors, not warnings")
     p.set_defaults(func=_cmd_validate)
     p = sub.add_parser("graph", help="print a Mermaid flowchart of a playbook")
     p.add_argument("playbook")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPECTED = {"engine_overhead", "growth", "ttft", "capacity_memory", "startup"}
+EXPECTED = {"engine_overhead", "growth", "ttft", "capacity_memory", "startup", "flow_load"}
 
 
 def _number(x: object) -> bool:

@@ -29,7 +29,12 @@ def playbook() -> Playbook:
 
 def test_fixture_compiles_with_an_empty_coverage_report(playbook: Playbook) -> None:
     assert len(flow_doc()["nodes"]) >= 8
-    assert playbook.coverage == []
+    assert playbook.coverage_gaps == []
+    sources = {entry.source for entry in playbook.coverage}
+    doc = flow_doc()
+    assert {f"nodes.{n['id']}" for n in doc["nodes"]} <= sources  # every node says what it became
+    assert {f"actions.{a['id']}" for a in doc["actions"]} <= sources
+    assert all(entry.became for entry in playbook.coverage)
     assert playbook.warnings == []
     assert playbook.initial_ref == "main.greet"
     assert playbook.persona.startswith("You are Maya")
@@ -42,7 +47,7 @@ def test_speaking_nodes_become_soft_checkpoints(playbook: Playbook) -> None:
     assert not any(s.required for s in collect.slots.values())
     done = playbook.checkpoint("main.done")
     assert (done.terminal, done.outcome) == (True, "done")
-    assert done.say_verbatim == "You're all set, {{ slots.name }}. See you soon!"
+    assert done.say_verbatim == "You're all set, {{slots.name}}. See you soon!"  # the author's spacing is kept
     assert "refresh" not in {ref.split(".")[1] for ref in playbook.checkpoints}
     assert "check_availability" not in {ref.split(".")[1] for ref in playbook.checkpoints}
 
@@ -70,11 +75,11 @@ def test_tool_chain_becomes_a_pipeline_and_a_synthetic_checkpoint(playbook: Play
 
 def test_templates_are_qualified(playbook: Playbook) -> None:
     availability = playbook.tool("availability")
-    assert availability.url == "{{ env.API_BASE }}/availability?date={{ slots.date }}&party={{ slots.party_size }}"
-    assert availability.headers == {"Authorization": "Bearer {{ env.API_KEY }}"}
+    assert availability.url == "{{env.API_BASE}}/availability?date={{slots.date}}&party={{slots.party_size}}"
+    assert availability.headers == {"Authorization": "Bearer {{env.API_KEY}}"}
     assert playbook.tool("hold").body == {
-        "date": "{{ slots.date }}", "time": "{{ slots.time }}", "party": "{{ slots.party_size }}"}
-    assert "{{ slots.party_size }} guests" in playbook.checkpoint("main.confirm").guidance
+        "date": "{{slots.date}}", "time": "{{slots.time}}", "party": "{{slots.party_size}}"}
+    assert "{{slots.party_size}} guests" in playbook.checkpoint("main.confirm").guidance
 
 
 def test_silence_nodes_become_the_silence_policy(playbook: Playbook) -> None:
@@ -123,20 +128,24 @@ def test_tool_free_routing_nodes_are_folded_into_their_sources() -> None:
         ("The caller wants to book a table and the caller is new", "main.confirm")]
 
 
-def test_coverage_lists_what_did_not_map() -> None:
+def test_coverage_entries_say_what_did_not_map() -> None:
     doc = flow_doc()
     doc["actions"].append({"id": "unused", "url": "http://127.0.0.1/x"})
     node(doc, "confirm")["actions"] = [{"trigger_type": "on_exit", "action_id": "availability"}]
     node(doc, "bye")["static_text"] = "Bye {{ nickname }}"
     doc["nodes"].append({"id": "lonely", "instruction": "Nobody comes here.", "is_final": True})
     playbook = Playbook.from_dict(doc)
-    assert sorted(playbook.coverage) == sorted([
-        "node 'lonely' is an orphan: no edge leads to it",
-        "action 'unused' is never used",
-        "node 'confirm': on_exit action 'availability' has no equivalent",
-        "node 'bye': unknown template variable 'nickname', left out",
-    ])
-    assert playbook.checkpoint("main.bye").say_verbatim == "Bye "
+    entries = {e.source: e for e in playbook.coverage}
+    assert entries["nodes.lonely"].as_dict() == {
+        "source": "nodes.lonely", "became": "checkpoint main.lonely", "mapped": True,
+        "note": "an orphan: no edge leads to it (kept, unreachable)"}
+    assert entries["actions.unused"].note == "never used by a node or an edge"
+    assert [e.as_dict() for e in playbook.coverage_gaps] == [
+        {"source": "nodes.confirm", "became": "checkpoint main.confirm", "mapped": False,
+         "note": "on_exit action 'availability' has no equivalent yet"}]
+    # An unknown name is a value the call starts with (superdialog's dispatch-time variables).
+    assert playbook.checkpoint("main.bye").say_verbatim == "Bye {{ slots.nickname }}"
+    assert playbook.call_start["nickname"].type == "str"
 
 
 def test_unknown_keys_in_a_flow_have_did_you_mean() -> None:

@@ -271,12 +271,52 @@ def test_template_syntax_error_has_its_path() -> None:
     assert one(doc, "journeys.visit.checkpoints[1].guidance").message.startswith("invalid template")
 
 
-def test_template_reading_an_undeclared_slot() -> None:
+def strict_problem(doc: dict[str, Any], path: str) -> Problem:
+    """The warning at ``path`` on load, which ``strict`` turns into an error."""
+    [warning] = [w for w in Playbook.from_dict(doc).warnings if w.path == path]
+    assert (warning.severity, warning.strict) == ("warning", True)
+    from superdialog_core.format.loader import load_document
+
+    with pytest.raises(PlaybookError) as err:
+        load_document(Playbook, doc, strict=True)
+    [error] = [p for p in err.value.problems if p.path == path]
+    assert error.severity == "error" and error.message == warning.message
+    return warning
+
+
+def test_template_reading_an_undeclared_slot_is_a_warning_and_strict_error() -> None:
     doc = base()
     cps(doc)[4]["say_verbatim"] = "Bye {{ slots.nam }}."
-    problem = one(doc, "journeys.visit.checkpoints[4].say_verbatim")
-    assert problem.message == "template reads undeclared slot 'nam'"
+    problem = strict_problem(doc, "journeys.visit.checkpoints[4].say_verbatim")
+    assert problem.message == "template reads undeclared slot 'nam', which renders empty"
     assert problem.hint == "did you mean 'name'?"
+    # The runtime renders it empty, as superdialog does.
+    assert Playbook.from_dict(doc).checkpoint("visit.done")._say_verbatim.render({"slots": {}})[0] == "Bye ."
+
+
+def test_an_expression_reading_an_undeclared_slot_stays_an_error() -> None:
+    doc = base()
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.nam and slots.day"
+    problem = one(doc, "journeys.visit.checkpoints[1].advance_when[0].when")
+    assert problem.severity == "error"
+
+
+def test_a_template_local_read_as_a_slot_says_it_is_one() -> None:
+    doc = base()
+    cps(doc)[2]["guidance"] = "{% set _price = 12 %}{% if slots._price %}It costs {{ _price }}.{% endif %}"
+    problem = strict_problem(doc, "journeys.visit.checkpoints[2].guidance")
+    assert "'_price' is a template-local variable" in problem.message
+    assert problem.hint == "write _price without slots."
+
+
+def test_a_bare_name_in_a_template_is_a_warning_and_strict_error() -> None:
+    doc = base()
+    cps(doc)[2]["guidance"] = "Confirm the visit for {{ name }}."
+    problem = strict_problem(doc, "journeys.visit.checkpoints[2].guidance")
+    assert problem.message == "template reads bare name 'name', which renders empty"
+    assert problem.hint == "write slots.name"
+    cps(doc)[2]["guidance"] = "{% for n in [1, 2] %}{{ n }}{% endfor %} {{ clock.date }} {{ call.channel }}"
+    assert Playbook.from_dict(doc).warnings == []  # locals and namespaces are not bare names
 
 
 def test_tool_templates_are_compiled_and_checked() -> None:
@@ -284,17 +324,22 @@ def test_tool_templates_are_compiled_and_checked() -> None:
     doc["tools"][0]["url"] = "http://127.0.0.1/{{ slots.dya }}"
     doc["tools"][0]["headers"] = {"X": "{% if %}"}
     doc["tools"][0]["body"] = {"day": "{{ slots.nope }}"}
-    found = {p.path: p.message for p in problems(doc)}
-    assert found["tools[0].url"] == "template reads undeclared slot 'dya'"
-    assert found["tools[0].headers.X"].startswith("invalid template")
-    assert found["tools[0].body"] == "template reads undeclared slot 'nope'"
+    found = {p.path: p for p in problems(doc)}
+    assert found["tools[0].url"].message == "template reads undeclared slot 'dya', which renders empty"
+    assert found["tools[0].url"].severity == "warning"
+    assert found["tools[0].headers.X"].message.startswith("invalid template")
+    assert found["tools[0].body"].message == "template reads undeclared slot 'nope', which renders empty"
+    doc["tools"][0]["headers"] = {}
+    strict_problem(doc, "tools[0].url")
+    strict_problem(doc, "tools[0].body")
 
 
 def test_speech_templates_cannot_read_env() -> None:
     doc = base()
     doc["env"] = {"TOKEN": "x"}
     cps(doc)[2]["guidance"] = "The token is {{ env.TOKEN }}"
-    assert "cannot read env" in one(doc, "journeys.visit.checkpoints[2].guidance").message
+    problem = strict_problem(doc, "journeys.visit.checkpoints[2].guidance")
+    assert problem.message == "speech template reads env, which renders empty (env values never reach the caller)"
 
 
 def test_unreachable_checkpoint_is_a_warning() -> None:
@@ -371,7 +416,7 @@ def test_all_problems_come_out_of_one_error_errors_first() -> None:
     doc = base()
     doc["middleware"] = {"refresh_with": "nope"}
     doc["tools"][0]["store_response_as"] = "pipeline"
-    cps(doc)[4]["say_verbatim"] = "{{ slots.nope }}"
+    cps(doc)[1]["advance_when"][0]["when"] = "slots.nope"
     cps(doc).append({"id": "lost", "terminal": True})
     with pytest.raises(PlaybookError) as err:
         Playbook.from_dict(doc)
@@ -429,8 +474,13 @@ def test_a_slot_declared_twice_differently_is_a_warning() -> None:
     cps(doc)[2]["slots"] = {"name": {"type": "str", "confirm": True}}
     [warning] = Playbook.from_dict(doc).warnings
     assert warning.path == "journeys.visit.checkpoints[2].slots.name"
-    assert "the first declaration (in 'visit.details') is the one used" in warning.message
+    assert ("at 'visit.confirm' this declaration governs what the Director extracts and how the value "
+            "is coerced; the first declaration (in 'visit.details') governs its gate and confirmation, "
+            "authoritative and invalidates everywhere") in warning.message
     cps(doc)[2]["slots"] = {"name": {"type": "str"}}
+    assert Playbook.from_dict(doc).warnings == []
+    # Only the description differs: normal compile_flow output, nothing to warn about.
+    cps(doc)[2]["slots"] = {"name": {"type": "str", "description": "the visitor's full name"}}
     assert Playbook.from_dict(doc).warnings == []
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem
+from .flow_names import NAMESPACES, template_locals
 from .lookups import iter_checkpoints, language_of
 from .problems import hint_for, join_path
 
@@ -26,6 +27,33 @@ _NAMED_READ = re.compile(r"\b(results|calls)\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|
 _SLOT_READ = re.compile(r"\bslots\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
 
 
+_CODE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
+# Names a template may read at its root; any other root is a bare name (renders empty).
+_TEMPLATE_ROOTS = NAMESPACES | {"range", "dict", "namespace", "spoken_language", "loop"}
+
+
+def _locals(source: Any) -> frozenset[str]:
+    """Names a template (or every string leaf of a tool body) binds itself."""
+    if isinstance(source, str):
+        return template_locals(source)
+    if isinstance(source, dict):
+        return frozenset().union(*(_locals(v) for v in source.values()))
+    if isinstance(source, list):
+        return frozenset().union(*(_locals(v) for v in source))
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_expr(text: str, declared: frozenset[str], allow_pipeline: bool, allow_env: bool,
+                  allow_args: bool) -> Any:
+    """A compiled expression, shared by (text, where it may run) like compiled templates."""
+    from ..lang import expr
+
+    context = expr.ExprContext(declared_slots=declared, allow_pipeline=allow_pipeline,
+                               allow_env=allow_env, allow_args=allow_args)
+    return expr.compile_expr(text, context=context)
+
+
 class _Compiler:
     def __init__(self, playbook: Playbook) -> None:
         from ..lang import expr, templates  # jinja2 is imported by the first load (start-up time)
@@ -34,6 +62,7 @@ class _Compiler:
         self.templates = templates
         self.pb = playbook
         self.declared = playbook.declared_slots()
+        self.declared_frozen = frozenset(self.declared)  # hashed once for the compile cache
         self.problems: list[Problem] = []
         self.known = {
             "results": {t.store_response_as for t in playbook.tools if t.store_response_as} | {"pipeline"},
@@ -54,12 +83,8 @@ class _Compiler:
 
     def expression(self, text: str, path: str, *, allow_pipeline: bool, allow_env: bool,
                    allow_args: bool = False) -> Any:
-        context = self.expr.ExprContext(
-            declared_slots=frozenset(self.declared), allow_pipeline=allow_pipeline,
-            allow_env=allow_env, allow_args=allow_args,
-        )
         try:
-            compiled = self.expr.compile_expr(text, context=context)
+            compiled = _compile_expr(text, self.declared_frozen, allow_pipeline, allow_env, allow_args)
         except self.expr.ExprError as exc:
             self.problems.append(Problem(path, f"invalid expression: {exc}", self._expr_hint(text, exc)))
             return None
@@ -86,19 +111,34 @@ class _Compiler:
         except self.templates.TemplateError as exc:
             self.problems.append(Problem(path, f"invalid template: {exc}"))
             return None
-        self.check_names(source if isinstance(source, str) else json.dumps(source), path)
+        text = source if isinstance(source, str) else json.dumps(source)
+        self.check_names(" ".join(_CODE.findall(text)), path)  # template code, not prose
         roots = getattr(compiled, "roots", frozenset()) or frozenset()
+        # Three findings superdialog renders as an empty string: warnings here, errors under
+        # --strict (SPEC §2.2). The runtime renders them empty too (a tool call refuses).
         if speech and "env" in roots:
-            self.problems.append(Problem(path, "speech templates cannot read env (env values never reach the caller)",
-                                         "read env in tool templates, rules or tool `when` only"))
-        for name in sorted(roots & self.declared - {"slots", "env", "results", "call", "calls", "views", "args"}):
-            self.problems.append(Problem(path, f"template reads bare name {name!r}", f"write slots.{name}"))
-        for key in sorted(getattr(compiled, "slot_refs", ()) or ()):
-            if key not in self.declared:
-                self.problems.append(Problem(
-                    path, f"template reads undeclared slot {key!r}",
-                    hint_for(key, self.declared) or "declare it under a checkpoint's slots"))
+            self.soft(path, "speech template reads env, which renders empty (env values never reach the caller)",
+                      "read env in tool templates, rules or tool `when` only")
+        for name in sorted(roots - _TEMPLATE_ROOTS):
+            hint = f"write slots.{name}" if name in self.declared else (
+                "qualify it: slots.<key>, results.<key>, call.<name>, views.<name> or clock.<name>")
+            self.soft(path, f"template reads bare name {name!r}, which renders empty", hint)
+        slot_refs = sorted(getattr(compiled, "slot_refs", ()) or ())
+        local = _locals(source) if any(k not in self.declared for k in slot_refs) else frozenset()
+        for key in slot_refs:
+            if key in self.declared:
+                continue
+            if key in local:
+                self.soft(path, f"template reads slots.{key}, but {key!r} is a template-local variable "
+                          "({% set %} or {% for %}), not a slot: slots." + key + " is always empty",
+                          f"write {key} without slots.")
+            else:
+                self.soft(path, f"template reads undeclared slot {key!r}, which renders empty",
+                          hint_for(key, self.declared) or "declare it under a checkpoint's slots or in call_start")
         return compiled
+
+    def soft(self, path: str, message: str, hint: str | None) -> None:
+        self.problems.append(Problem(path, message, hint, "warning", strict=True))
 
     def run(self) -> list[Problem]:
         # Spoken forms (spoken_date, spoken_time) default to the playbook's language (SPEC §16).
@@ -118,6 +158,10 @@ class _Compiler:
             cp._say_verbatim = (speech(cp.say_verbatim, join_path(path, "say_verbatim"))
                                 if cp.say_verbatim is not None else None)
             cp._exit_say = speech(cp.exit_say, join_path(path, "exit_say")) if cp.exit_say else None
+        silence = self.pb.policies.silence
+        if silence is not None:
+            silence._prompts = [speech(text, join_path("policies.silence.prompts", index))
+                                for index, text in enumerate(silence.prompts)]
         for index, tool in enumerate(self.pb.tools):
             path = join_path("tools", index)
             if tool.when is not None:

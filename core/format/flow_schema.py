@@ -20,20 +20,37 @@
  "global_edges": [{"id": "goodbye", "condition": "caller says goodbye", "target_node_id": "bye"}]}
 ```
 
-``target`` is accepted for ``target_node_id``; an edge's ``required`` (when given) overrides its
-``input_schema.required``. ``env_updates``/``slot_updates`` on actions and ``global_edges`` are
-superdialog's extras. Unknown keys are errors with a did-you-mean hint, as in every format.
+Every key, alias and list form of superdialog's flow models loads (reference
+superdialog-formats.md §2.1): ``global_actions`` / ``env_vars`` (aliases of ``actions`` /
+``environment_variables``; the canonical key wins when both are given), env and ``headers`` as
+a dict or ``[{key, value}]``, ``env_updates`` as a dict or ``[{env_key, result_path}]``, the
+action ``body`` (it wins over ``body_template``), the trigger's ``trigger`` and ``id``.
+``target`` is accepted for ``target_node_id``; an edge's ``required`` (when given) overrides
+its ``input_schema.required``. Keys this engine does not act on yet are listed by
+``inert_keys`` for one warning. A key in no superdialog model is an error with a did-you-mean.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Flow(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _pairs(value: Any, key: str, val: str, what: str) -> Any:
+    """``[{key, value}]`` (superdialog's list form) as a dict; anything else unchanged."""
+    if not isinstance(value, list):
+        return value
+    out: dict[Any, Any] = {}
+    for index, item in enumerate(value):
+        if not isinstance(item, dict) or key not in item or val not in item or set(item) - {key, val}:
+            raise ValueError(f"{what}[{index}] must be {{{key}: ..., {val}: ...}} (got {item!r})")
+        out[item[key]] = item[val]
+    return out
 
 
 class PropertySchema(_Flow):
@@ -48,11 +65,34 @@ class InputSchema(_Flow):
     type: Literal["object"] = "object"
     properties: dict[str, PropertySchema] = Field(default_factory=dict)
     required: list[str] = Field(default_factory=list)
+    additionalProperties: bool | None = None  # JSON Schema's spelling
 
 
 class ActionTrigger(_Flow):
-    trigger_type: Literal["on_enter", "on_exit"] = "on_enter"
+    trigger_type: Literal["on_enter", "on_exit"] = Field(
+        default="on_enter", validation_alias=AliasChoices("trigger_type", "trigger"))
     action_id: str
+    id: str | None = None  # superdialog ignores it; so do we
+
+
+class CompletionCriterion(_Flow):
+    key: str
+    description: str = ""
+    required: bool = True
+
+
+class ToolDefinition(_Flow):
+    """superdialog's LLM-callable tool (graph engine only): loads, inert."""
+
+    id: str
+    name: str = ""
+    description: str = ""
+    input_schema: dict[str, Any] | None = None
+    handler_id: str | None = None
+    type: Literal["python", "http", "mcp"] = "python"
+    url: str | None = None
+    method: str | None = None
+    server: str | None = None
 
 
 class FlowEdge(_Flow):
@@ -62,6 +102,9 @@ class FlowEdge(_Flow):
     input_schema: InputSchema | None = None
     required: list[str] | None = None
     actions: list[ActionTrigger] = Field(default_factory=list)
+    is_fallback: bool = False
+    guard: str | None = None
+    criteria: list[CompletionCriterion] | None = None
 
     def requires(self) -> list[str]:
         if self.required is not None:
@@ -78,6 +121,24 @@ class FlowNode(_Flow):
     max_turns: int | None = Field(default=None, ge=1)
     edges: list[FlowEdge] = Field(default_factory=list)
     actions: list[ActionTrigger] = Field(default_factory=list)
+    node_type: Literal["final", "static", "instruction", "router"] | None = None
+    auto_proceed: bool = False
+    completion_criteria: list[CompletionCriterion] | None = None
+    allow_skip: bool = True
+    interruptible: bool = True
+    tools: list[ToolDefinition] = Field(default_factory=list)
+    langGraph: dict[str, Any] | None = None  # superdialog's spelling
+    # Not superdialog fields, but in its example flows (it drops them silently): inert.
+    flow_stage: Any = None
+    response_mode: Any = None
+    type: Any = None
+    on_enter_actions: Any = None
+    on_exit_actions: Any = None
+
+    @field_validator("is_final", mode="before")
+    @classmethod
+    def _null_is_false(cls, value: Any) -> Any:
+        return False if value is None else value
 
     @property
     def speaks(self) -> bool:
@@ -97,6 +158,37 @@ class FlowAction(_Flow):
     store_response_as: str | None = None
     env_updates: dict[str, str] = Field(default_factory=dict)
     slot_updates: dict[str, str] = Field(default_factory=dict)
+    run_once: bool = False
+    condition: str | None = None
+    string_fields: list[str] = Field(default_factory=list)
+    identifier: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _body_alias(cls, data: Any) -> Any:
+        # superdialog: `body` is the alias of body_template and wins when both are given.
+        if isinstance(data, dict) and "body" in data:
+            data = dict(data)
+            data["body_template"] = data.pop("body")
+        return data
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers_list(cls, value: Any) -> Any:
+        return _pairs(value, "key", "value", "headers")
+
+    @field_validator("env_updates", mode="before")
+    @classmethod
+    def _env_updates_list(cls, value: Any) -> Any:
+        return _pairs(value, "env_key", "result_path", "env_updates")
+
+    @field_validator("body_template", mode="before")
+    @classmethod
+    def _empty_body(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+
+ALIASES = {"global_actions": "actions", "env_vars": "environment_variables"}
 
 
 class ConversationFlow(_Flow):
@@ -107,14 +199,73 @@ class ConversationFlow(_Flow):
     actions: list[FlowAction] = Field(default_factory=list)
     environment_variables: dict[str, str] = Field(default_factory=dict)
     global_edges: list[FlowEdge] = Field(default_factory=list)
+    agent_language: str = ""
+    agent_tone: str = ""
+    agent_gender: str = ""
+    tools: list[ToolDefinition] = Field(default_factory=list)
+    objective: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, key in ALIASES.items():
+            if alias in data:
+                value = data.pop(alias)
+                data.setdefault(key, value)  # as superdialog: the canonical key wins
+        return data
+
+    @field_validator("environment_variables", mode="before")
+    @classmethod
+    def _env_list(cls, value: Any) -> Any:
+        return _pairs(value, "key", "value", "environment_variables")
+
+
+# Keys accepted but not acted on yet, with their defaults (anything else set is named once).
+_INERT = {
+    "node": {"node_type": None, "auto_proceed": False, "completion_criteria": None, "allow_skip": True,
+             "interruptible": True, "tools": [], "langGraph": None, "flow_stage": None,
+             "response_mode": None, "type": None, "on_enter_actions": None, "on_exit_actions": None},
+    "edge": {"is_fallback": False, "guard": None, "criteria": None},
+    "action": {"run_once": False, "condition": None, "string_fields": [], "identifier": None},
+    "top": {"tools": [], "objective": ""},
+}
+
+
+def inert_keys(flow: ConversationFlow) -> dict[str, int]:
+    """``{"nodes[].node_type": 136, ...}``: keys set to something this engine ignores (yet)."""
+    counts: dict[str, int] = {}
+
+    def count(where: str, model: BaseModel, keys: dict[str, Any]) -> None:
+        given = model.model_fields_set
+        for key, default in keys.items():  # in a fixed order: the warning reads the same each load
+            if key in given and getattr(model, key) != default:
+                counts[where + key] = counts.get(where + key, 0) + 1
+
+    count("", flow, _INERT["top"])
+    for node in flow.nodes:
+        count("nodes[].", node, _INERT["node"])
+        for edge in node.edges:
+            count("nodes[].edges[].", edge, _INERT["edge"])
+    for edge in flow.global_edges:
+        count("global_edges[].", edge, _INERT["edge"])
+    for action in flow.actions:
+        count("actions[].", action, _INERT["action"])
+    return counts
 
 
 __all__ = [
+    "ALIASES",
     "ActionTrigger",
+    "CompletionCriterion",
     "ConversationFlow",
     "FlowAction",
     "FlowEdge",
     "FlowNode",
     "InputSchema",
     "PropertySchema",
+    "ToolDefinition",
+    "inert_keys",
 ]

@@ -29,7 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import PlaybookError, Problem
-from .problems import validate_best_effort
+from .problems import join_path, validate_best_effort
 from .yaml12 import dump_yaml_text, load_yaml
 
 if TYPE_CHECKING:
@@ -42,8 +42,10 @@ PIPECAT_MESSAGE = (
 )
 
 
-def load_path(model: type[Playbook], path: str | os.PathLike[str]) -> Playbook:
-    """Load a playbook file: YAML for ``.yaml``/``.yml``, JSON for ``.json``, else sniffed."""
+def load_path(model: type[Playbook], path: str | os.PathLike[str], *, strict: bool = False) -> Playbook:
+    """Load a playbook file: YAML for ``.yaml``/``.yml``, JSON for ``.json``, else sniffed.
+
+    ``strict``: the template warnings superdialog renders as empty are errors (SPEC §2.2)."""
     file = Path(path)
     source = str(path)
     try:
@@ -56,13 +58,14 @@ def load_path(model: type[Playbook], path: str | os.PathLike[str]) -> Playbook:
         raise PlaybookError([Problem("", f"cannot read {source}: {exc}")], source) from exc
     suffix = file.suffix.lower()
     fmt = "yaml" if suffix in (".yaml", ".yml") else "json" if suffix == ".json" else None
-    playbook = load_text(model, text, fmt=fmt, source=source)
+    playbook = load_text(model, text, fmt=fmt, source=source, strict=strict)
     playbook._source_path = source
     return playbook
 
 
 def load_text(
-    model: type[Playbook], text: str, fmt: str | None = None, source: str | None = None
+    model: type[Playbook], text: str, fmt: str | None = None, source: str | None = None,
+    *, strict: bool = False,
 ) -> Playbook:
     """Parse ``text`` as ``fmt`` (``"yaml"``, ``"json"`` or None to sniff) and load it."""
     if fmt is None:
@@ -70,7 +73,7 @@ def load_text(
     if fmt not in ("yaml", "json"):
         raise ValueError(f"fmt must be 'yaml', 'json' or None, not {fmt!r}")
     doc = _parse(text, fmt, source)
-    return load_document(model, doc, source=source)
+    return load_document(model, doc, source=source, strict=strict, yaml12=True)
 
 
 def _parse(text: str, fmt: str, source: str | None) -> Any:
@@ -127,7 +130,10 @@ def detect_format(doc: Any) -> str:
     return "full"
 
 
-def load_document(model: type[Playbook], doc: Any, source: str | None = None) -> Playbook:
+def load_document(
+    model: type[Playbook], doc: Any, source: str | None = None, *, strict: bool = False,
+    yaml12: bool = False,
+) -> Playbook:
     """Build, validate and compile a playbook from a parsed document of any format.
 
     Every problem comes out of one ``PlaybookError``: a format's own problems (unknown keys,
@@ -141,12 +147,17 @@ def load_document(model: type[Playbook], doc: Any, source: str | None = None) ->
                      "start with `journeys:` (full format) or `playbook:` (simple format)")],
             source,
         )
+    if not yaml12:  # parsed by someone else's reader (from_dict): maybe YAML 1.1
+        doc = _yaml11_keys(doc, source)
     fmt = detect_format(doc)
-    coverage: list[str] | None = None
+    coverage: list[Any] | None = None
     if fmt == "pipecat":
         raise PlaybookError([Problem("", PIPECAT_MESSAGE)], source)
     if fmt == "full":
-        return build_playbook(model, doc, source)
+        playbook = build_playbook(model, doc, source, strict=strict)
+        playbook._gate_defaulted = [ref for ref, cp in playbook.checkpoints.items()
+                                    if "gate" not in cp.model_fields_set and not cp.terminal]
+        return playbook
     if fmt == "simple":
         from .simple import lower_simple_mapped  # only for this format (start-up time)
 
@@ -165,15 +176,20 @@ def load_document(model: type[Playbook], doc: Any, source: str | None = None) ->
     playbook, later = check_document(model, full)
     lowered_errors = any(p.severity == "error" for p in problems)
     for problem in later:
-        if lowered_errors and problem.severity != "error":
+        if lowered_errors and problem.severity != "error" and not problem.strict:
             continue  # the lowering was best-effort: its graph warnings would mislead
         if _reported_by_the_format(problem):
             continue
         problems.append(dataclasses.replace(problem, path=author_path(problem.path)))
+    problems = _strict(problems, strict)
     _raise_errors(_unique(problems), source)
     assert playbook is not None
     playbook._warnings = [p for p in problems if p.severity == "warning"]
     playbook._coverage = coverage
+    if fmt == "simple":
+        steps = doc["playbook"]
+        playbook._gate_defaulted = [f"main.{step.get('id')}" for step in steps[:-1]
+                                    if isinstance(step, dict) and "gate" not in step]
     return playbook
 
 
@@ -187,11 +203,12 @@ def _reported_by_the_format(problem: Problem) -> bool:
 
 def build_playbook(
     model: type[Playbook],
-    doc: dict[str, Any], source: str | None = None, extra_warnings: list[Problem] | None = None
+    doc: dict[str, Any], source: str | None = None, extra_warnings: list[Problem] | None = None,
+    *, strict: bool = False,
 ) -> Playbook:
     """Validate a full-format document, run every check and compile; raise on any error."""
     playbook, problems = check_document(model, doc)
-    problems = [*(extra_warnings or []), *problems]
+    problems = _strict([*(extra_warnings or []), *problems], strict)
     _raise_errors(problems, source)
     assert playbook is not None
     playbook._warnings = [p for p in problems if p.severity == "warning"]
@@ -216,8 +233,8 @@ def check_document(
         repaired, problems, repair = validate_best_effort(model, doc, exc)
         if repaired is not None:
             for problem in validate_playbook(repaired):
-                if problem.severity != "error":
-                    continue  # warnings about a repaired playbook would mislead
+                if problem.severity != "error" and not problem.strict:
+                    continue  # graph warnings about a repaired playbook would mislead
                 problem = repair.original(problem)
                 if not repair.is_follow_on(problem):
                     problems.append(problem)
@@ -236,6 +253,67 @@ def _unique(problems: list[Problem]) -> list[Problem]:
             seen.add(key)
             out.append(problem)
     return out
+
+
+def _strict(problems: list[Problem], strict: bool) -> list[Problem]:
+    """Under ``strict``, the warnings marked ``strict`` are errors; errors first again."""
+    if not strict:
+        return problems
+    out = [dataclasses.replace(p, severity="error") if p.strict else p for p in problems]
+    return [*(p for p in out if p.severity == "error"), *(p for p in out if p.severity != "error")]
+
+
+def _yaml11_keys(doc: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """A document parsed by a YAML 1.1 reader (``yaml.safe_load``) loads like the file.
+
+    Such a reader turns the keys ``on``/``off``/``yes``/``no`` into booleans. In pipeline
+    steps and handlers the key ``True`` is read as ``on``; a boolean key anywhere else is an
+    error that names the cause and the fix (it could have been any of those words)."""
+    problems: list[Problem] = []
+
+    def fix_on(item: Any) -> Any:
+        if isinstance(item, dict) and True in item and "on" not in item:
+            return {("on" if k is True else k): v for k, v in item.items()}
+        return item
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if isinstance(key, bool):
+                    problems.append(Problem(
+                        join_path(path, str(key)) if path else str(key),
+                        f"key {key!r} is a boolean: a YAML 1.1 reader (yaml.safe_load) reads "
+                        "the keys on/off/yes/no as booleans",
+                        "load the file with Playbook.load (YAML 1.2) or quote the key, e.g. 'on':"))
+                else:
+                    walk(child, join_path(path, key) if path else str(key))
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                walk(child, join_path(path, index))
+
+    if not _has_bool_key(doc):
+        return doc
+    doc = dict(doc)
+    pipelines = doc.get("pipelines")
+    if isinstance(pipelines, list):
+        doc["pipelines"] = [
+            {**p, "steps": [fix_on(s) for s in p["steps"]]} if isinstance(p, dict) and isinstance(p.get("steps"), list) else p
+            for p in pipelines
+        ]
+    if isinstance(doc.get("handlers"), list):
+        doc["handlers"] = [fix_on(h) for h in doc["handlers"]]
+    walk(doc, "")
+    if problems:
+        raise PlaybookError(problems, source)
+    return doc
+
+
+def _has_bool_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(isinstance(k, bool) or _has_bool_key(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_bool_key(v) for v in value)
+    return False
 
 
 def _raise_errors(problems: list[Problem], source: str | None) -> None:

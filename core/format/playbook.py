@@ -54,6 +54,7 @@ class SlotSpec(_Model):
     future_only: bool = False
     anchor: Literal["inherit", "off", "shadow", "enforce"] = "inherit"
     resolve_from: ResolveFrom | None = None
+    default: Any = None  # ours, call_start only: the value when the dispatch gives none
 
 
 class AdvanceRule(_Model):
@@ -198,6 +199,8 @@ class SilencePolicy(_Model):
     prompts: list[str] = Field(default_factory=list)
     then: str = ""
 
+    _prompts: list[Any] = PrivateAttr(default_factory=list)  # compiled speech templates
+
 
 DEFAULT_GOODBYE_WORDS = [
     "bye", "goodbye", "good bye", "bye bye", "see you", "talk to you later", "have to go",
@@ -321,8 +324,9 @@ class Playbook(_Model):
     # Filled by the loader.
     _views: dict[str, Any] = PrivateAttr(default_factory=dict)
     _warnings: list[Any] = PrivateAttr(default_factory=list)  # Problem(severity="warning")
-    _coverage: list[str] | None = PrivateAttr(default=None)  # legacy-flow coverage report
+    _coverage: list[Any] | None = PrivateAttr(default=None)  # legacy-flow coverage report
     _source_path: str | None = PrivateAttr(default=None)
+    _gate_defaulted: list[str] = PrivateAttr(default_factory=list)
 
     def __eq__(self, other: object) -> bool:
         # Compiled private attributes differ between loads; equality is about the document.
@@ -338,9 +342,26 @@ class Playbook(_Model):
         return self._warnings
 
     @property
-    def coverage(self) -> list[str] | None:
-        """For a compiled legacy flow: what did not map (empty when everything did)."""
+    def coverage(self) -> list[Any] | None:
+        """For a compiled legacy flow: a ``CoverageEntry`` ``{source, became, mapped, note}``
+        per node, edge and action (None for the other formats)."""
         return self._coverage
+
+    @property
+    def coverage_gaps(self) -> list[Any] | None:
+        """The coverage entries that did not fully map (empty when everything did)."""
+        return None if self._coverage is None else [e for e in self._coverage if not e.mapped]
+
+    @property
+    def gate_note(self) -> str | None:
+        """A note for ``validate`` (never a warning): checkpoints the author wrote without
+        ``gate:`` are soft here and hard in superdialog (SPEC §2.2)."""
+        refs = self._gate_defaulted
+        if not refs:
+            return None
+        shown = ", ".join(refs[:3]) + (f" and {len(refs) - 3} more" if len(refs) > 3 else "")
+        return (f"{len(refs)} checkpoint(s) without gate: ({shown}) are soft here and hard in "
+                "superdialog; write gate: hard where a value must be confirmed before moving on")
 
     @property
     def source_path(self) -> str | None:
@@ -368,9 +389,12 @@ class Playbook(_Model):
     # --- loading (loader.py; the class passes itself, so the loader never imports this module)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Playbook:
-        """Load a playbook file (YAML or JSON; full, simple or legacy-flow format)."""
-        return loader.load_path(cls, path)
+    def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> Playbook:
+        """Load a playbook file (YAML or JSON; full, simple or legacy-flow format).
+
+        ``strict``: the template findings superdialog renders as empty (an undeclared slot,
+        env in speech, a bare name) are errors instead of warnings."""
+        return loader.load_path(cls, path, strict=strict)
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str | None = None) -> Playbook:

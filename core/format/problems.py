@@ -225,6 +225,11 @@ def validate_best_effort(
     document: map the paths of problems found on it with ``repair.original_path``.
     """
     repair = Repair()
+    if error is None:
+        try:  # the common case: a valid document needs no repair copy
+            return model.model_validate(doc), [], repair
+        except ValidationError as exc:
+            error = exc
     work = copy.deepcopy(doc)
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()

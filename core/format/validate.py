@@ -150,6 +150,9 @@ class _Checker:
                           "add terminal: true or remove outcome")
             for key, spec in cp.slots.items():
                 slot_path = join_path(path, "slots", key)
+                if spec.default is not None:
+                    self.error(join_path(slot_path, "default"), "default is only for call_start values",
+                               "move the value to call_start, or remove default")
                 if key in self.pb.call_start:
                     self.error(join_path("call_start", key),
                                f"call_start value {key!r} is also a slot of checkpoint {ref!r}",
@@ -166,9 +169,15 @@ class _Checker:
                                   f"invalidates {other!r}, which is neither a declared slot nor results.<stored tool result>",
                                   hint_for(other, [*declared, *(f"results.{s}" for s in stored if s)]))
                 owner = self.pb.slot_owner(key)
-                if owner != ref and spec != self.pb.slot_spec(key):
-                    self.warn(slot_path, f"slot {key!r} is declared again with a different spec; "
-                              f"the first declaration (in {owner!r}) is the one used",
+                first = self.pb.slot_spec(key)
+                # A different description only is normal (superdialog's compile_flow writes the
+                # union of per-node edge schemas); it changes nothing but the Director's prompt.
+                if owner != ref and first is not None and (
+                        spec.model_dump(exclude={"description"}) != first.model_dump(exclude={"description"})):
+                    self.warn(slot_path, f"slot {key!r} is declared again with a different spec: "
+                              f"at {ref!r} this declaration governs what the Director extracts and how "
+                              f"the value is coerced; the first declaration (in {owner!r}) governs its "
+                              "gate and confirmation, authoritative and invalidates everywhere",
                               "declare a slot once, or give both declarations the same spec")
 
     # --- tools and pipelines -----------------------------------------------------------
@@ -273,8 +282,8 @@ def exits(playbook: Playbook, cp: Checkpoint) -> list[str]:
     targets = [rule.to for rule in cp.advance_when]
     if cp.on_failure:
         targets.append(cp.on_failure)
-    pipelines = {p.id: p for p in playbook.pipelines}
     if cp.pipeline:
+        pipelines = playbook.__pydantic_private__["_pipelines"]  # id → spec, built at construction
         targets.extend(_pipeline_targets(pipelines.get(cp.pipeline)))
     return targets
 

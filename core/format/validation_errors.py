@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import re
 import types
 import typing
@@ -42,6 +43,7 @@ def hint_for(word: str, candidates: Iterable[str]) -> str | None:
     return f"did you mean {match!r}?" if match else None
 
 
+@functools.lru_cache(maxsize=8192)  # the same paths come up on every load of a playbook
 def join_path(prefix: str, *parts: str | int) -> str:
     """Append keys and list indices to a dotted path: ``a.b[2].c``; odd keys as ``["a.b"]``."""
     path = prefix

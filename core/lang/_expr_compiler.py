@@ -18,7 +18,7 @@ from typing import Any
 
 from ._expr_helpers import COMPARATORS, HELPERS, Node, is_number, kind, step, walk_from
 
-NAMESPACES = frozenset({"slots", "results", "env", "call", "calls", "pipeline", "views", "args"})
+NAMESPACES = frozenset({"slots", "results", "env", "call", "calls", "clock", "pipeline", "views", "args"})
 
 _FORBIDDEN: dict[type[ast.AST], str] = {
     ast.BinOp: "arithmetic",

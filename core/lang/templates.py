@@ -19,6 +19,7 @@ side is in :mod:`.tool_templates`, the shared sandbox (environments, parse, comp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,6 +131,13 @@ def compile_speech(text: str, *, language: str = "en") -> SpeechTemplate:
     """Compile a speech template (guidance, say_verbatim, exit_say); raises TemplateError.
 
     ``language`` (the playbook's ``guidelines.language``) is what ``spoken_date`` and
-    ``spoken_time`` speak when the template does not name one.
+    ``spoken_time`` speak when the template does not name one. Compiled templates are shared
+    by text (they never change once built), so a worker that loads the same playbook for
+    every call compiles each template once per process (Jinja's compile is most of a load).
     """
+    return _compile_speech(text, language)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_speech(text: str, language: str) -> SpeechTemplate:
     return SpeechTemplate(text, language)

@@ -9,6 +9,7 @@ Import these names from :mod:`superdialog_core.templates`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import types
@@ -351,9 +352,9 @@ def _compile_body(value: Any, refs: set[str], roots: set[str], where: str) -> _B
         match = _TYPED.match(value)
         leaf: _TypedLeaf | ToolTemplate
         if match and "}}" not in match["expr"] and "{{" not in match["expr"]:
-            leaf = _TypedLeaf(value, match["expr"])
+            leaf = _typed_leaf(value, match["expr"])
         else:
-            leaf = ToolTemplate(value)
+            leaf = _tool_template(value)
         refs.update(leaf.slot_refs)
         roots.update(leaf.roots)
         return leaf.render
@@ -369,13 +370,28 @@ def _compile_body(value: Any, refs: set[str], roots: set[str], where: str) -> _B
 
 
 def compile_tool_text(text: str) -> ToolTemplate:
-    """Compile a strict tool template (url, header value); raises TemplateError."""
+    """Compile a strict tool template (url, header value); raises TemplateError.
+
+    Shared by text, like speech templates (``templates.compile_speech``)."""
+    return _tool_template(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tool_template(text: str) -> ToolTemplate:
     return ToolTemplate(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def compile_tool_url(text: str) -> ToolUrl:
-    """Compile a tool URL (values encoded, authority from text and env only); raises TemplateError."""
+    """Compile a tool URL (values encoded, authority from text and env only); raises TemplateError.
+
+    Shared by text, like ``compile_tool_text``: a compiled URL is never mutated."""
     return ToolUrl(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_leaf(text: str, inner: str) -> _TypedLeaf:
+    return _TypedLeaf(text, inner)
 
 
 def compile_tool_body(obj: Any) -> ToolBody:

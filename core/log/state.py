@@ -358,7 +358,26 @@ class ConversationState:
             "call": call,
             "calls": dict(self.calls),
             "env": {},
+            "clock": self._clock(),
         }
+
+    def _clock(self) -> dict[str, str]:
+        """``clock.*`` (SPEC §3): the call's clock in ``guidelines.timezone``, read from the
+        session's anchor (its start time), so a replay renders what the call rendered."""
+        anchor = self.anchor
+        if anchor is None:
+            return {}
+        cached = self.view_cache.get("clock")
+        if cached is not None and cached[0] is anchor:
+            return cached[1]  # type: ignore[no-any-return]
+        try:
+            local = anchor.astimezone(ZoneInfo(self.timezone)) if self.timezone != "UTC" else anchor.astimezone(timezone.utc)
+        except (ZoneInfoNotFoundError, ValueError):
+            local = anchor
+        clock = {"date": local.date().isoformat(), "time": local.strftime("%H:%M"),
+                 "weekday": _WEEKDAYS[local.weekday()], "datetime": local.isoformat(timespec="minutes")}
+        self.view_cache["clock"] = (anchor, clock)
+        return clock
 
     # --- comparison -----------------------------------------------------------------------
 
@@ -417,6 +436,9 @@ def _entry_tuple(entry: TranscriptEntry) -> tuple[Any, ...]:
         entry.interrupted, entry.filler, entry.kind, entry.purpose, entry.superseded,
         entry.message_id,
     )
+
+
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 def _parse_anchor(event: ev.SessionStart) -> datetime:

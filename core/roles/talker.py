@@ -111,9 +111,12 @@ def _style(playbook: Playbook) -> str:
     return text
 
 
-def _views(playbook: Playbook, scope: Mapping[str, Any],
-           on_error: Callable[[str], None] | None) -> dict[str, Any]:
-    """Every view's value on a scope without env; None and empty values are left out."""
+def view_values(playbook: Playbook, scope: Mapping[str, Any],
+                on_error: Callable[[str], None] | None) -> dict[str, Any]:
+    """Every view's value on a scope without env; None and empty values are left out.
+
+    Every spoken template reads these as ``views.<name>``: guidance here, verbatim lines,
+    exit lines and silence prompts in ``turn/quiesce.py`` (SPEC §2.2)."""
     out: dict[str, Any] = {}
     for name, expr in lookups.views(playbook).items():
         handler = None if on_error is None else (lambda d, n=name: on_error(f"view:{n}:{d}"))
@@ -137,7 +140,7 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     head, language = stable
     blocks: list[str] = [head, date_anchor(state)]
 
-    views = _views(playbook, scope, on_error) if lookups.views(playbook) else {}
+    views = view_values(playbook, scope, on_error) if lookups.views(playbook) else {}
     step = ["## Current step"]
     if cp.goal.strip():
         step.append(f"Goal: {cp.goal.strip()}")
@@ -235,4 +238,4 @@ def build_talker_request(
 
 
 __all__ = ["PLACEHOLDER", "PURPOSES", "NeverSayFilter", "build_talker_request",
-           "estimate_tokens"]
+           "estimate_tokens", "view_values"]

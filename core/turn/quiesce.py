@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..format import lookups
 from ..format.playbook import Checkpoint, Playbook
 from ..log.events import Advance, Degraded, Event, SessionEnd, SlotWrite
 from ..log.slots import plan_write, requires_status
+from ..roles.talker import view_values
 from .speech import Segment
 
 MAX_HOPS = 8
@@ -70,7 +72,12 @@ class Progress:
         """A speech template's text; a failing part renders empty and is logged once."""
         if template is None:
             return ""
-        text, error = template.render(self.state.scope())
+        scope = self.state.scope()
+        if "views" in template.roots and lookups.views(self.playbook):
+            # Views render in every spoken line, as in guidance (SPEC §2.2).
+            scope = {**scope, "views": view_values(
+                self.playbook, scope, lambda detail: self.degrade("view", f"{where}: {detail}"))}
+        text, error = template.render(scope)
         if error:
             self.degrade("template", f"{where}: {error}")
         return (text or "").strip()

@@ -135,6 +135,14 @@ def check_call_start(
                 )
             )
     for name, spec in declared.items():
+        if given.get(name) is None and spec.default is not None:
+            try:  # a default that does not fit is a load error already; this is belt and braces
+                coerced[name] = coerce(name, spec, spec.default, value_ctx)
+            except ValueRefused as exc:
+                problems.append(Problem(path=f"call_start.{name}",
+                                        message=f"default {spec.default!r} does not fit type {spec.type}: {exc.message}",
+                                        hint="fix the playbook's call_start default"))
+            continue
         if spec.required and given.get(name) is None:
             problems.append(
                 Problem(

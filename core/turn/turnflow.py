@@ -370,7 +370,12 @@ class TurnFlow:
         if count <= policy.max_prompts:
             if not policy.prompts:
                 return
-            text = policy.prompts[min(count, len(policy.prompts)) - 1]
+            index = min(count, len(policy.prompts)) - 1
+            compiled = policy._prompts[index] if index < len(policy._prompts) else None
+            text = (rt._progress.render(compiled, f"policies.silence.prompts[{index}]")
+                    if compiled is not None else policy.prompts[index])
+            if not text:
+                return
             segment = Segment(kind="prompt", spoke_from=rt.state.version, text=text,
                               purpose="silence")
             async with aclosing(rt._speaker.line(reply, segment)) as pieces:
