@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..log.events import Event, Utterance
+from ..roles.models import TalkerToolCall
 
 
 @dataclass(slots=True)
@@ -141,10 +142,13 @@ class TalkerStream:
     ``error`` so the runtime can log it and speak the recovery line instead of crashing.
     """
 
-    def __init__(self, source: AsyncIterator[str], never_say: Any | None) -> None:
+    def __init__(self, source: AsyncIterator[str], never_say: Any | None,
+                 on_tool_call: Callable[[TalkerToolCall], Any] | None = None) -> None:
         self._source = source
         self._filter = never_say
+        self._on_tool_call = on_tool_call
         self.error: Exception | None = None
+        self.tool_calls = 0  # host function tools the Talker called in this segment
 
     async def pieces(self) -> AsyncIterator[str]:
         trim = _Trim()
@@ -152,6 +156,12 @@ class TalkerStream:
         try:
             async for chunk in source:
                 if not isinstance(chunk, str):
+                    if isinstance(chunk, TalkerToolCall):
+                        # The host runs it; the engine logs it (a function_call event).
+                        self.tool_calls += 1
+                        if self._on_tool_call is not None:
+                            self._on_tool_call(chunk)
+                        continue
                     raise TypeError(f"the Talker streamed a {type(chunk).__name__}, not text")
                 text = self._filter.feed(chunk) if self._filter is not None else chunk
                 text = trim.feed(text)
