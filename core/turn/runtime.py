@@ -204,15 +204,18 @@ class Runtime:
         """Begin the call; with ``speak`` the opening is spoken (verbatim line, else the Talker)."""
         return await self._drain(self._start_stream(speak))
 
-    async def stream_start(self, *, instructions: str | None = None) -> AsyncIterator[str]:
+    async def stream_start(self, *, instructions: str | None = None,
+                           context: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
         """``start()``, streamed. ``instructions``: the host's words for the opening (a steering
-        note of kind ``instruction``, logged after ``session_start``)."""
-        async with aclosing(self._start_stream(True, instructions)) as pieces:
+        note of kind ``instruction``); ``context``: lines said before this engine had the call
+        (``Utterance`` fields: role, text, kind, agent, message_id). Both are logged after
+        ``session_start``, before the opening."""
+        async with aclosing(self._start_stream(True, instructions, context)) as pieces:
             async for piece in pieces:
                 yield piece
 
-    async def _start_stream(self, speak: bool,
-                            instructions: str | None = None) -> AsyncIterator[str]:
+    async def _start_stream(self, speak: bool, instructions: str | None = None,
+                            context: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
         if self._started:
             raise RuntimeError("start() was already called: a Runtime runs one conversation")
         self._started = True
@@ -238,6 +241,8 @@ class Runtime:
             warm_values_once(self.playbook)
             ready.set()  # a turn may run from here on (it supersedes the opening's speech)
             lines = self._progress.take_lines()
+            for line in context or ():
+                self._emit(Utterance(**line))
             if instructions:
                 self._emit(SteeringNote(text=instructions, kind="instruction"))
             if speak:
@@ -416,6 +421,13 @@ class Runtime:
             completed = True
         finally:
             self._close(reply, completed, task)
+
+    async def steer(self, text: str, *, kind: Literal["steer", "instruction"] = "instruction") -> Event:
+        """Log a steering note for the next Talker render (the host's instructions)."""
+        await self._ensure_started()
+        event = self._emit(SteeringNote(text=text, kind=kind))
+        self._persist()
+        return event
 
     async def _ensure_started(self) -> None:
         """Started (silently if need be), without touching a reply that is streaming."""
