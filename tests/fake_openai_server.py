@@ -66,11 +66,13 @@ class FakeOpenAIServer:
         director: list[Script] | None = None,
         token_delay: float = 0.0,
         director_delay: float = 0.0,
+        fail_talker: int = 0,
     ) -> None:
         self.talker: list[Script] = list(talker or [])
         self.director: list[Script] = list(director or [])
         self.token_delay = token_delay
         self.director_delay = director_delay
+        self.fail_talker = fail_talker  # answer that many Talker requests with HTTP 500 first
         self.requests: list[dict[str, Any]] = []
         self.director_requests: list[dict[str, Any]] = []
         self.talker_requests: list[dict[str, Any]] = []
@@ -107,6 +109,10 @@ class FakeOpenAIServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.fail_talker and not is_director_request(body):
+            self.fail_talker -= 1
+            self.talker_requests.append(body)
+            return web.json_response({"error": {"message": "scripted outage"}}, status=500)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         model = body.get("model", "fake")

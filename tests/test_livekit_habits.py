@@ -436,3 +436,34 @@ async def test_director_tokens_count_in_session_usage_under_their_own_model(
     assert DIRECTOR_METRICS_LABEL in labels and dialog.label in labels
     talker_side = [m for m in metrics if m.label == dialog.label]
     assert all(m.metadata.model_name == "talker-model" for m in talker_side)
+
+
+async def test_a_fallback_adapters_recovery_probe_asks_the_talker_and_logs_nothing(
+    playbook: Playbook,
+) -> None:
+    async with FakeOpenAIServer(talker=["Ready."], director=[{}], fail_talker=1) as main, \
+            FakeOpenAIServer(talker=["Backup here, how many?"]) as spare:
+        dialog = DialogMachineLLM(playbook, talker=_client(main, "talker"),
+                                  director=_client(main, "director"), on_talker_error="raise")
+        fallback = llm.FallbackAdapter([dialog, _client(spare, "backup")])
+        back: list[Any] = []
+        fallback.on("llm_availability_changed", back.append)
+        ctx = llm.ChatContext.empty()
+        async with fallback.chat(chat_ctx=ctx.copy()) as stream:
+            assert (await stream.collect()).text == OPENING  # a verbatim line: no Talker call
+        ctx.add_message(role="assistant", content=OPENING)
+        ctx.add_message(role="user", content="a table please")
+        async with fallback.chat(chat_ctx=ctx) as stream:
+            answer = (await stream.collect()).text
+        assert answer == "Backup here, how many?"
+        await _until(lambda: any(b.available for b in back))  # the probe found the Talker back
+        rt = dialog.runtime
+        await rt.wait_idle()
+        # The probe asked the Talker a one-line health check, not the caller's turn.
+        probe = main.talker_requests[-1]["messages"]
+        assert "Health check" in probe[0]["content"] and len(main.talker_requests) == 2
+        assert len(main.director_requests) == 1  # the failed attempt's turn, decided once
+    assert [u.text for u in _said(rt, role="user")] == ["a table please"]
+    # Neither the failed attempt nor the probe spoke: the opening is the only line.
+    assert [u.text for u in _said(rt, role="assistant")] == [OPENING]
+    assert not [e for e in rt.log if isinstance(e, Degraded) and e.component == "talker"]
