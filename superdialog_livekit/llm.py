@@ -13,6 +13,7 @@ and the reply to the earlier one, which nobody will hear, is recorded as heard e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -470,8 +471,13 @@ class DialogStream(llm.LLMStream):
         if handle is not None and not handle.scheduled:
             await _until_committed(handle)  # preemptive: cancelled here if LiveKit drops it
         session = owner.speech.session
-        plan = owner.replies.plan(self._chat_ctx,
-                                  history=session.history if session is not None else None)
+        history = None
+        if session is not None:
+            history = session.history
+            # The agent asking is this LLM's (no agent running: a chat() outside a session).
+            with contextlib.suppress(RuntimeError):
+                owner.replies.agent_ids.add(session.current_agent.id)
+        plan = owner.replies.plan(self._chat_ctx, history=history)
         rt = owner.runtime
         after = rt.log.version
         delivery = owner.speech.ledger.open("stream")

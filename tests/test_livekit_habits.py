@@ -467,3 +467,25 @@ async def test_a_fallback_adapters_recovery_probe_asks_the_talker_and_logs_nothi
     # Neither the failed attempt nor the probe spoke: the opening is the only line.
     assert [u.text for u in _said(rt, role="assistant")] == [OPENING]
     assert not [e for e in rt.log if isinstance(e, Degraded) and e.component == "talker"]
+
+
+async def test_with_a_plain_agent_a_say_is_logged_at_the_next_reply_and_turns_stay_turns(
+    playbook: Playbook,
+) -> None:
+    line = "One moment while I open the book."
+    async with FakeOpenAIServer(talker=["Two, wonderful."],
+                                director=[{"slots": {"party_size": 2}}]) as server:
+        dialog = DialogMachineLLM(playbook, talker=_client(server, "talker"),
+                                  director=_client(server, "director"))
+        async with _session(dialog) as session:
+            await session.start(Agent(instructions=""))
+            dialog.bind_session(session)  # late lines; also names this LLM's agent in history
+            await session.generate_reply()
+            await session.say(line)
+            await session.run(user_input="two of us")
+            rt = dialog.runtime
+            await rt.wait_idle()
+        assert len(server.director_requests) == 1
+    assert [(u.kind, u.agent) for u in _said(rt, role="assistant", text=line)] == [("say", None)]
+    assert [(u.text, u.agent) for u in _said(rt, role="user")] == [("two of us", None)]
+    assert rt.state.slots["party_size"].value == 2
