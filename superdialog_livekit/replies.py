@@ -162,7 +162,7 @@ class ReplyPlanner:
         ledger = speech.ledger
         assistant, unseen = ledger.scan(chat_ctx)  # one pass over the context for both
         speech.sync_messages(assistant)
-        extra = ledger.scan_extra(chat_ctx)  # instructions, function items, foreign messages
+        extra = ledger.scan_extra()  # instructions, function items, foreign messages
         plan = self._reconcile(extra, history) if extra else Plan("none")
         fresh = ledger.claim(unseen)
         texts = [t for t in (ledger.user_ids[m.id].strip() for m in fresh) if t]
@@ -182,7 +182,7 @@ class ReplyPlanner:
         speech = self._speech
         assistant, _ = speech.ledger.scan(chat_ctx)
         speech.sync_messages(assistant)
-        extra = speech.ledger.scan_extra(chat_ctx, messages_only=True)
+        extra = speech.ledger.scan_extra(messages_only=True)
         return self._reconcile(extra, history) if extra else Plan("none")
 
     def _reconcile(self, extra: list[Any], history: Any) -> Plan:

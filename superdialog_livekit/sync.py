@@ -128,6 +128,7 @@ class ChatLedger:
     call_ids: set[str] = field(default_factory=set)  # call ids of this engine's Talker's calls
     # Assistant messages this engine did not produce (a say, a fallback, another agent).
     foreign: list[Any] = field(default_factory=list)
+    _unseen: list[Any] = field(default_factory=list)  # the last scan's unseen items, in order
 
     def new_user_messages(self, chat_ctx: Any) -> list[Any]:
         """User messages not seen before, in order; they are claimed at once (no await between)."""
@@ -135,53 +136,73 @@ class ChatLedger:
 
     def scan(self, chat_ctx: Any) -> tuple[list[Any], list[Any]]:
         """One pass over ``chat_ctx``: the assistant messages not matched yet and the user
-        messages not seen yet, each in order. Nothing is claimed or matched here."""
+        messages not seen yet, each in order. Nothing is claimed or matched here.
+
+        The same pass keeps every unseen item in context order (with the system messages and
+        function items not seen yet) for ``scan_extra``.
+        """
         assistant: list[Any] = []
         user: list[Any] = []
+        unseen: list[Any] = []
         matched = self.assistant_ids
         seen = self.user_ids
+        foreign = {m.id for m in self.foreign} if self.foreign else None
         for item in chat_ctx.items:
-            if getattr(item, "type", None) != "message":
+            kind = getattr(item, "type", None)
+            if kind != "message":
+                if (kind == "function_call" or kind == "function_call_output") \
+                        and item.id not in self.function_ids:
+                    unseen.append(item)
                 continue
             role = item.role
             if role == "user":
                 if item.id not in seen:
                     user.append(item)
-            elif role == "assistant" and item.id not in matched:
-                assistant.append(item)
+                    unseen.append(item)
+            elif role == "assistant":
+                if item.id not in matched:
+                    assistant.append(item)
+                    unseen.append(item)
+                elif foreign and item.id in foreign:  # observed already, not yet planned
+                    unseen.append(item)
+            elif role == "system" and item.id not in self.system_ids \
+                    and not item.id.startswith("lk."):
+                unseen.append(item)
+        self._unseen = unseen
         return assistant, user
 
-    def scan_extra(self, chat_ctx: Any, *, messages_only: bool = False) -> list[Any]:
-        """The items a plain turn does not explain, in context order, when there are any.
+    def scan_extra(self, *, messages_only: bool = False) -> list[Any]:
+        """The items of the last ``scan`` a plain turn does not explain, in context order.
 
         Unseen user messages come along (to tell which of them another line answered) only
         when something else is unseen: per-reply instructions (system messages LiveKit did not
         make itself, whose ids start with ``lk.``), function calls and outputs, and assistant
-        messages ``match`` found foreign (``foreign``). Empty for a plain turn.
+        messages ``match`` found foreign (``foreign``). Empty for a plain turn. Call it after
+        the assistant messages of that scan were matched (``SpeechSync.sync_messages``).
         """
         foreign = {m.id for m in self.foreign}
         self.foreign = []
         out: list[Any] = []
         interesting = bool(foreign)
-        for item in chat_ctx.items:
-            kind = getattr(item, "type", None)
-            if kind == "message":
-                role = item.role
-                if role == "user":
-                    if item.id not in self.user_ids:
-                        out.append(item)
-                elif role == "assistant":
-                    if item.id in foreign:
-                        out.append(item)
-                elif (role == "system" and not messages_only and item.id not in self.system_ids
-                      and not item.id.startswith("lk.")
-                      and any(isinstance(c, str) and c.strip() for c in item.content)):
+        for item in self._unseen:
+            kind = item.type
+            if kind != "message":
+                if not messages_only:
                     out.append(item)
                     interesting = True
-            elif (kind in ("function_call", "function_call_output") and not messages_only
-                  and item.id not in self.function_ids):
+                continue
+            role = item.role
+            if role == "user":
+                if item.id not in self.user_ids:
+                    out.append(item)
+            elif role == "assistant":
+                if item.id in foreign:
+                    out.append(item)
+            elif not messages_only and any(isinstance(c, str) and c.strip()
+                                           for c in item.content):
                 out.append(item)
                 interesting = True
+        self._unseen = []
         return out if interesting else []
 
     def claim_text(self, message: Any) -> str:
