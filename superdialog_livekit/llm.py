@@ -318,6 +318,8 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             model.prewarm()
 
     async def aclose(self) -> None:
+        if self._tasks:  # observed lines still being logged: let them land first
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         self._publish()
         for model in {id(m): m for m in self._owned}.values():
             await model.aclose()
