@@ -62,4 +62,13 @@ class CallStartError(ValueError):
         super().__init__(_listing("call-start values refused:", self.problems))
 
 
-__all__ = ["CallStartError", "ConfigError", "PlaybookError", "Problem"]
+class TalkerFailed(RuntimeError):
+    """The Talker failed before this reply said anything, and the runtime was asked to raise.
+
+    ``Runtime(talker_errors="raise")``: instead of speaking the recovery line, the reply stream
+    raises this, with nothing logged for the failed attempt, so a host can hand the reply to a
+    fallback model. ``__cause__`` is the model's error.
+    """
+
+
+__all__ = ["CallStartError", "ConfigError", "PlaybookError", "Problem", "TalkerFailed"]

@@ -24,7 +24,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from livekit.agents import APIConnectOptions, llm
+from livekit.agents import APIConnectOptions, llm, utils
+from superdialog_core import TalkerToolCall
 
 # The engine runs its own retry (once, on invalid output) and its own director_timeout, so the
 # Director's transport never retries: "no hidden model calls" (ARCHITECTURE property 5).
@@ -105,6 +106,25 @@ current_usage: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVa
 )
 
 
+@dataclass
+class ReplyTools:
+    """The LiveKit function tools of one reply, offered to every Talker segment in it.
+
+    Set by ``DialogStream`` around a reply (``current_tools``); ``send`` forwards a complete
+    ``FunctionToolCall`` to LiveKit at once, which runs it (and its handoff).
+    """
+
+    tools: list[llm.Tool]
+    tool_choice: Any
+    send: Any  # Callable[[llm.FunctionToolCall], None]
+    calls: int = 0
+
+
+current_tools: contextvars.ContextVar[ReplyTools | None] = contextvars.ContextVar(
+    "superdialog_reply_tools", default=None
+)
+
+
 _ROLES = ("system", "developer", "user", "assistant")
 # (role, text) -> the ChatMessages of one request with that role and text, in order.
 MessageCache = dict[tuple[str, str], list[llm.ChatMessage]]
@@ -126,6 +146,9 @@ def chat_context(messages: Sequence[dict[str, Any]],
     fresh: MessageCache = {}
     for i, message in enumerate(messages):
         role = message.get("role")
+        if role == "tool" or "tool_calls" in message:
+            items.extend(_function_items(message))  # this turn's host function calls
+            continue
         if role not in _ROLES:
             raise ValueError(f"messages[{i}].role is {role!r}; expected system, developer, user or assistant")
         content = message.get("content")
@@ -147,6 +170,18 @@ def chat_context(messages: Sequence[dict[str, Any]],
     return ctx
 
 
+def _function_items(message: dict[str, Any]) -> list[llm.ChatItem]:
+    """The engine's function call / result messages as LiveKit chat items."""
+    if message.get("role") == "tool":
+        return [llm.FunctionCallOutput(call_id=str(message.get("tool_call_id", "")),
+                                       name=str(message.get("name", "")),
+                                       output=str(message.get("content", "")),
+                                       is_error=bool(message.get("is_error", False)))]
+    return [llm.FunctionCall(call_id=str(call["id"]), name=str(call["name"]),
+                             arguments=str(call.get("arguments") or "{}"))
+            for call in message.get("tool_calls", [])]
+
+
 class LiveKitTalker:
     """``TalkerModel`` over a LiveKit LLM: streams the text deltas of one completion."""
 
@@ -160,17 +195,32 @@ class LiveKitTalker:
         extra: dict[str, Any] = {}
         if hints is not None and hints.talker_max_tokens:
             extra["max_tokens"] = hints.talker_max_tokens
+        options: dict[str, Any] = {"extra_kwargs": extra} if extra else {}
+        offered = current_tools.get()
+        if offered is not None and offered.tools:
+            # The Agent's @function_tools (LiveKit passed them to chat()): the Talker may call
+            # them; LiveKit runs the call and asks for the continuation.
+            options["tools"] = offered.tools
+            if utils.is_given(offered.tool_choice):
+                options["tool_choice"] = offered.tool_choice
         stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
-                               conn_options=_with_timeout(self.conn_options, hints),
-                               **({"extra_kwargs": extra} if extra else {}))
+                               conn_options=_with_timeout(self.conn_options, hints), **options)
         tally = current_usage.get()
         # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
         async with stream:
             async for chunk in stream:
                 if chunk.usage is not None and tally is not None:
                     tally.add(chunk.usage)
-                if chunk.delta is not None and chunk.delta.content:
-                    yield chunk.delta.content
+                delta = chunk.delta
+                if delta is not None:
+                    if delta.content:
+                        yield delta.content
+                    if delta.tool_calls and offered is not None:
+                        for call in delta.tool_calls:
+                            offered.send(call)  # to LiveKit first: it runs the tool
+                            offered.calls += 1
+                            yield TalkerToolCall(call_id=call.call_id, name=call.name,
+                                                 arguments=call.arguments or "{}")
         if tally is not None:
             tally.segments += 1
 
@@ -183,6 +233,9 @@ class DirectorCall:
     usage: llm.CompletionUsage | None
     answered_with: str  # "tool_call" | "text" | "json" (asked for JSON text, ModelHints)
     extra: dict[str, Any] = field(default_factory=dict)
+    ttft_s: float = -1.0  # time to the first content or tool-call chunk (-1: none came)
+    request_id: str = ""
+    started_at: float = 0.0  # wall clock (time.time) when the call began
 
 
 def _unused_tool(**_: Any) -> None:  # the verdict tool is never executed, only its arguments read
@@ -210,6 +263,9 @@ class LiveKitDirector:
             raw_schema={"name": tool_name, "description": _VERDICT_DESCRIPTION, "parameters": request.schema},
         )
         started = time.perf_counter()
+        wall = time.time()
+        first = -1.0
+        request_id = ""
         text: list[str] = []
         calls: list[llm.FunctionToolCall] = []
         usage: llm.CompletionUsage | None = None
@@ -221,10 +277,13 @@ class LiveKitDirector:
         )
         async with stream:
             async for chunk in stream:
+                request_id = chunk.id
                 if chunk.usage is not None:
                     usage = chunk.usage
                 if chunk.delta is None:
                     continue
+                if first < 0 and (chunk.delta.content or chunk.delta.tool_calls):
+                    first = time.perf_counter() - started
                 if chunk.delta.content:
                     text.append(chunk.delta.content)
                 calls.extend(chunk.delta.tool_calls)
@@ -241,7 +300,8 @@ class LiveKitDirector:
             else:
                 result = parsed if isinstance(parsed, dict) else call.arguments
             break
-        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, answered))
+        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, answered,
+                                  ttft_s=first, request_id=request_id, started_at=wall))
         return result
 
     async def _decide_json(self, request: Any, hints: ModelHints) -> str:
@@ -261,6 +321,9 @@ class LiveKitDirector:
         if hints.director_temperature is not None:
             extra["temperature"] = hints.director_temperature
         started = time.perf_counter()
+        wall = time.time()
+        first = -1.0
+        request_id = ""
         text: list[str] = []
         usage: llm.CompletionUsage | None = None
         stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
@@ -268,11 +331,15 @@ class LiveKitDirector:
                                extra_kwargs=extra)
         async with stream:
             async for chunk in stream:
+                request_id = chunk.id
                 if chunk.usage is not None:
                     usage = chunk.usage
                 if chunk.delta is not None and chunk.delta.content:
+                    if first < 0:
+                        first = time.perf_counter() - started
                     text.append(chunk.delta.content)
-        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, "json"))
+        self._record(DirectorCall((time.perf_counter() - started) * 1000.0, usage, "json",
+                                  ttft_s=first, request_id=request_id, started_at=wall))
         return "".join(text)
 
     def _record(self, record: DirectorCall) -> None:

@@ -36,15 +36,15 @@ class DialogAgent(Agent):
 
     def __init__(
         self,
-        llm: DialogMachineLLM,
+        llm: DialogMachineLLM | Any,
         *,
+        dialog: DialogMachineLLM | None = None,
         on_end: EndMode | None = None,
         speak_first: bool | None = None,
         instructions: str = "",
         **agent_options: Any,
     ) -> None:
-        if not isinstance(llm, DialogMachineLLM):
-            raise TypeError(f"DialogAgent needs a DialogMachineLLM, not {type(llm).__name__}")
+        dialog = _dialog_of(llm, dialog)
         if on_end is not None and on_end not in _END_MODES:
             raise ValueError(f"on_end must be one of {', '.join(_END_MODES)}, not {on_end!r}")
         turn_handling = dict(agent_options.pop("turn_handling", {}) or {})
@@ -53,7 +53,9 @@ class DialogAgent(Agent):
         }
         super().__init__(instructions=instructions, llm=llm, turn_handling=turn_handling,
                          **agent_options)
-        self.dialog = llm
+        self.dialog = dialog
+        if llm is not dialog:
+            dialog.replies.fallback = True  # another LLM's reply to a caller turn is the fallback's
         self._on_end = on_end
         self._speak_first = speak_first
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -65,12 +67,18 @@ class DialogAgent(Agent):
     async def on_enter(self) -> None:
         session = self.session
         dialog = self.dialog
+        dialog.replies.agent_ids.add(self.id)
+        if dialog.started and dialog.replies.opened:
+            # Back from another agent (a handoff round trip): its lines are logged as its
+            # context by the reply below, which speaks at once (SPEC §10).
+            dialog.bind_session(session)
+            self._listen(session)
+            session.generate_reply()
+            self._arm_call_timer()
+            return
         dialog.hold_turns()  # before any await: early caller words wait for the opening
         dialog.bind_session(session)
-        dialog.on_ended.append(self._after_terminal)
-        session.on("user_state_changed", self._on_user_state)
-        session.on("conversation_item_added", self._on_item)
-        session.on("close", self._on_close)
+        self._listen(session)
         try:
             if await dialog.prepare():
                 dialog.decide_start("resumed")  # the caller heard the opening before the failover
@@ -83,6 +91,13 @@ class DialogAgent(Agent):
             dialog.decide_start("silent")  # never leave the caller's turns waiting
             raise
         self._arm_call_timer()
+
+    def _listen(self, session: Any) -> None:
+        if self._after_terminal not in self.dialog.on_ended:
+            self.dialog.on_ended.append(self._after_terminal)
+        session.on("user_state_changed", self._on_user_state)
+        session.on("conversation_item_added", self._on_item)
+        session.on("close", self._on_close)
 
     async def on_exit(self) -> None:
         self._cancel_call_timer()
@@ -224,6 +239,27 @@ class DialogAgent(Agent):
         """Wait until the runtime has handed every event to its store (and its decision landed)."""
         if self.dialog.started:
             await self.dialog.runtime.wait_idle()
+
+
+def _dialog_of(llm: Any, dialog: DialogMachineLLM | None) -> DialogMachineLLM:
+    """The DialogMachineLLM this agent runs: ``llm`` itself, or ``dialog`` inside a wrapper
+    such as LiveKit's ``FallbackAdapter`` (found there when ``dialog`` is not given)."""
+    if isinstance(llm, DialogMachineLLM):
+        if dialog is not None and dialog is not llm:
+            raise ValueError("dialog= names a different DialogMachineLLM than llm; pass one")
+        return llm
+    inner = [m for m in getattr(llm, "_llm_instances", ()) if isinstance(m, DialogMachineLLM)]
+    if dialog is not None:
+        if not isinstance(dialog, DialogMachineLLM):
+            raise TypeError(f"dialog= must be a DialogMachineLLM, not {type(dialog).__name__}")
+        if inner and dialog not in inner:
+            raise ValueError(f"dialog= is not one of the LLMs inside {type(llm).__name__}")
+        return dialog
+    if len(inner) == 1:
+        return inner[0]
+    raise TypeError(
+        f"DialogAgent needs a DialogMachineLLM, not {type(llm).__name__}: pass it, or wrap it "
+        "(FallbackAdapter([dialog_llm, backup])) and name it with dialog=dialog_llm")
 
 
 __all__ = ["DialogAgent", "EndMode"]

@@ -13,7 +13,9 @@ and the reply to the earlier one, which nobody will hear, is recorded as heard e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,17 +23,40 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from livekit.agents import APIConnectOptions, llm, utils
+from livekit.agents import APIConnectionError, APIConnectOptions, APIError, llm, utils
+from livekit.agents.metrics import LLMMetrics
+from livekit.agents.metrics.base import Metadata
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
-from superdialog_core.events import Utterance
+from superdialog_core import TalkerFailed
+from superdialog_core.events import Degraded, Utterance
 from superdialog_core.playbook import Playbook
 
-from .adapters import LiveKitDirector, LiveKitTalker, UsageTally, current_usage
+from .adapters import (
+    LiveKitDirector,
+    LiveKitTalker,
+    ReplyTools,
+    UsageTally,
+    current_tools,
+    current_usage,
+)
 from .replies import ReplyPlanner
 from .sync import SpeechSync
 from .uris import resolve_llm
 
 logger = logging.getLogger("superdialog_livekit")
+
+# LLMMetrics.label of the Director's calls (the Talker's replies carry this LLM's own label).
+DIRECTOR_METRICS_LABEL = "superdialog.director"
+_PROBE_TASK = "_recover_llm_task"
+
+
+def _in_recovery_probe() -> bool:
+    """True inside a FallbackAdapter's recovery probe (LiveKit 1.8: the task running it is
+    ``FallbackLLMStream._try_recovery.<locals>._recover_llm_task``; private, a test pins it)."""
+    task = asyncio.current_task()
+    if task is None:
+        return False
+    return getattr(task.get_coro(), "__qualname__", "").endswith(_PROBE_TASK)
 
 @dataclass
 class DialogEvent:
@@ -115,8 +140,13 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         token_budget: int = 4000,
         http_client: Any = None,
         base_url: str | None = None,
+        on_talker_error: Literal["recover", "raise"] = "recover",
     ) -> None:
         super().__init__()
+        if on_talker_error not in ("recover", "raise"):
+            raise ValueError(f"on_talker_error must be 'recover' or 'raise', not {on_talker_error!r}; "
+                             "'raise' lets a FallbackAdapter around this LLM take over")
+        self.on_talker_error = on_talker_error
         self._playbook = playbook if isinstance(playbook, Playbook) else Playbook.load(playbook)
         talker_model = _as_model(talker, role="talker", base_url=base_url)
         director_model = (
@@ -142,7 +172,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             "python_tools": python_tools, "store": store, "now": now,
             "barrier_timeout": barrier_timeout, "hold_timeout": hold_timeout,
             "director_timeout": director_timeout, "token_budget": token_budget,
-            "http_client": http_client,
+            "http_client": http_client, "talker_errors": on_talker_error,
         }
         self._call_start = dict(call_start or {})
         self._call = dict(call or {})
@@ -155,6 +185,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self._published = 0  # last log version emitted as a DialogEvent
         self._ended_fired = False
         self.on_ended: list[Callable[[Any], None]] = []  # DialogAgent: end the call after playout
+        self._tasks: set[asyncio.Future[Any]] = set()  # observed lines being logged
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -283,12 +314,17 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         parallel_tool_calls: NotGivenOr[bool] = NOT_GIVEN,
         tool_choice: NotGivenOr[llm.ToolChoice] = NOT_GIVEN,
         extra_kwargs: NotGivenOr[dict[str, Any]] = NOT_GIVEN,
-    ) -> DialogStream:
-        # The playbook runs its own tools; LiveKit tools, tool_choice and kwargs are ignored.
+    ) -> llm.LLMStream:
         # A reply is not idempotent (its turn is logged once), so LiveKit must never rerun
-        # _run: no retries, whatever the session's conn_options say.
-        return DialogStream(self, chat_ctx=chat_ctx, tools=tools or [],
-                            conn_options=APIConnectOptions(max_retry=0, timeout=conn_options.timeout))
+        # _run: no retries, whatever the session's conn_options say. The Agent's function
+        # tools (and tool_choice) are offered to the Talker; kwargs are ignored.
+        options = APIConnectOptions(max_retry=0, timeout=conn_options.timeout)
+        if _in_recovery_probe():
+            # A FallbackAdapter checking whether this LLM is back: it asks with the context of
+            # a reply that another LLM is giving. Only the Talker is tried; nothing is logged.
+            return ProbeStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=options)
+        return DialogStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=options,
+                            tool_choice=tool_choice)
 
     async def _prewarm_impl(self) -> None:
         # Open the models' connections before the first reply (LiveKit's prewarm contract).
@@ -296,6 +332,8 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             model.prewarm()
 
     async def aclose(self) -> None:
+        if self._tasks:  # observed lines still being logged: let them land first
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         self._publish()
         for model in {id(m): m for m in self._owned}.values():
             await model.aclose()
@@ -307,6 +345,39 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         self.emit("superdialog_event", DialogEvent("director_call", {
             "latency_ms": round(record.latency_ms, 1), "answered_with": record.answered_with,
         }))
+        model = getattr(self._director, "llm", None)
+        if model is None:
+            return
+        # The Director's tokens count in session usage under its own provider and model;
+        # the label tells its LLMMetrics from the Talker's (this LLM's own label).
+        usage = record.usage
+        duration = record.latency_ms / 1000.0
+        completion = usage.completion_tokens if usage else 0
+        self.emit("metrics_collected", LLMMetrics(
+            label=DIRECTOR_METRICS_LABEL, request_id=record.request_id or utils.shortuuid("sd_dir_"),
+            timestamp=record.started_at or time.time(), duration=duration, ttft=record.ttft_s,
+            cancelled=False, completion_tokens=completion,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            prompt_cached_tokens=usage.prompt_cached_tokens if usage else 0,
+            cache_creation_tokens=usage.cache_creation_tokens if usage else 0,
+            reasoning_tokens=usage.reasoning_tokens if usage else 0,
+            total_tokens=usage.total_tokens if usage else 0,
+            tokens_per_second=completion / duration if duration > 0 else 0.0,
+            metadata=Metadata(model_name=model.model, model_provider=model.provider),
+        ))
+
+    def model_failed(self, role: str, detail: str, *, error: BaseException | None = None,
+                     logged: bool = True) -> None:
+        """A call-level model failure: a ``model_failure`` superdialog_event and LiveKit's own
+        (recoverable) LLM ``error`` event, which the session re-emits as its ``error`` event.
+        The engine logs the warning for failures it logged; ``logged=False`` warns here."""
+        in_a_row = self._runtime.state.model_failures.get(role, 0) if self._runtime else 0
+        if not logged:
+            logger.warning("the %s failed (the reply is handed to a fallback): %s", role, detail)
+        self.emit("superdialog_event", DialogEvent("model_failure", {
+            "role": role, "detail": detail, "in_a_row": in_a_row, "logged": logged}))
+        self.emit("error", llm.LLMError(timestamp=time.time(), label=self.label,
+                                        error=error or RuntimeError(detail), recoverable=True))
 
     def _publish(self) -> None:
         """Emit every log event not emitted yet (slot writes, advances, verdicts...)."""
@@ -319,11 +390,28 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
             if event is not None:
                 data = msgspec.to_builtins(event)
                 self.emit("superdialog_event", DialogEvent(str(data.pop("type", "event")), data))
+                if isinstance(event, Degraded) and event.model_failure:
+                    self.model_failed(event.component, event.detail)
 
     def observe_message(self, message: Any) -> None:
-        """A ``conversation_item_added`` assistant message: correct heard text at once."""
-        if self._runtime is not None:
-            self.speech.observe_message(message)
+        """A ``conversation_item_added`` assistant message: correct heard text at once, and
+        log a line this engine did not produce (a ``say``, a fallback's reply) once."""
+        if self._runtime is not None and self.speech.observe_message(message):
+            session = self.speech.session
+            history = session.history if session is not None else None
+            plan = self.replies.reconcile(history if history is not None else
+                                          llm.ChatContext(items=[message]), history=history)
+            if plan.actions:
+                task = asyncio.ensure_future(self._log_observed(plan))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _log_observed(self, plan: Any) -> None:
+        try:
+            await self.replies.log_actions(plan)
+        except Exception:
+            logger.exception("logging a line this engine did not produce failed")
+        self._publish()
 
     def bind_session(self, session: Any) -> None:
         """Let this LLM speak lines outside a reply (late lines) with ``session.say``.
@@ -377,16 +465,19 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
 
 
 class DialogStream(llm.LLMStream):
-    """One reply: the runtime's text as ChatChunks, then a usage chunk."""
+    """One reply: the runtime's text (and the Talker's function calls) as ChatChunks, then a
+    usage chunk."""
 
     # A delegating stream, like LiveKit's FallbackAdapter: the Talker's own stream records the
     # model call (and its attempt) in its own spans, and this stream never retries, so it opens
     # no attempt span of its own: one span less between llm_node and the Talker's chat() call.
     _llm_attempt_span_name = None
 
-    def __init__(self, owner: DialogMachineLLM, **kwargs: Any) -> None:
+    def __init__(self, owner: DialogMachineLLM, *, tool_choice: Any = NOT_GIVEN,
+                 **kwargs: Any) -> None:
         super().__init__(owner, **kwargs)
         self._owner = owner
+        self._tool_choice = tool_choice
         self._retry_on_chunk_sent = False  # never rerun a turn: it is logged once
 
     async def _run(self) -> None:
@@ -395,13 +486,23 @@ class DialogStream(llm.LLMStream):
         handle = _speech_handle()
         if handle is not None and not handle.scheduled:
             await _until_committed(handle)  # preemptive: cancelled here if LiveKit drops it
-        plan = owner.replies.plan(self._chat_ctx)
+        session = owner.speech.session
+        history = None
+        if session is not None:
+            history = session.history
+            # The agent asking is this LLM's (no agent running: a chat() outside a session).
+            with contextlib.suppress(RuntimeError):
+                owner.replies.agent_ids.add(session.current_agent.id)
+        plan = owner.replies.plan(self._chat_ctx, history=history)
         rt = owner.runtime
         after = rt.log.version
         delivery = owner.speech.ledger.open("stream")
         tally = UsageTally()
         token = current_usage.set(tally)
+        offered = ReplyTools(self._tools, self._tool_choice, self._send_call) if self._tools else None
+        tools_token = current_tools.set(offered)
         source: Any = None
+        failed: TalkerFailed | None = None
         try:
             source = await owner.replies.open_reply(plan)
             if source is not None:
@@ -419,19 +520,78 @@ class DialogStream(llm.LLMStream):
             # below); the runtime keeps the Director running and logs only what was yielded.
             delivery.cancelled = True
             raise
+        except TalkerFailed as exc:
+            failed = exc  # on_talker_error="raise": nothing of this attempt was logged
         finally:
             current_usage.reset(token)
+            current_tools.reset(tools_token)
             if source is not None:
                 await source.aclose()
-            if plan[0] == "opening":
+            if plan.kind == "opening":
                 owner.replies.opening_finished()
             delivery.closed = True
-            owner.speech.attach_utterances(delivery, after)
-            owner.speech.track_speech(delivery, handle, after)
+            if failed is not None and not delivery.text:
+                # Another LLM answers this reply: its message is not this delivery's.
+                owner.speech.ledger.settle_complete(delivery)
+            else:
+                owner.speech.attach_utterances(delivery, after)
+                owner.speech.track_speech(delivery, handle, after)
             owner._publish()
             if rt.state.ended:
                 owner._ended(handle)
+        if failed is not None:
+            owner.replies.fallback = True
+            cause = failed.__cause__ or failed
+            owner.model_failed("talker", f"{type(cause).__name__}: {cause}", error=cause,
+                               logged=False)
+            # Not retryable: this LLM must not rerun the turn; a FallbackAdapter moves on.
+            raise APIConnectionError(f"superdialog Talker failed: {cause}",
+                                     retryable=False) from cause
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=tally.as_usage()))
 
+    def _send_call(self, call: llm.FunctionToolCall) -> None:
+        """A Talker function call, complete, to LiveKit at once (it runs the tool)."""
+        self._owner.speech.ledger.call_ids.add(call.call_id)
+        self._event_ch.send_nowait(llm.ChatChunk(
+            id=utils.shortuuid("sd_call_"), delta=llm.ChoiceDelta(role="assistant",
+                                                                 tool_calls=[call])))
 
-__all__ = ["DialogEvent", "DialogMachineLLM", "DialogStream"]
+
+class ProbeStream(llm.LLMStream):
+    """A FallbackAdapter's recovery probe: is the Talker answering again? Nothing is logged.
+
+    The Talker gets a one-line request; its first chunk (or its end) means it is back, an
+    error keeps this LLM marked unavailable.
+    """
+
+    _llm_attempt_span_name = None
+
+    def __init__(self, owner: DialogMachineLLM, **kwargs: Any) -> None:
+        super().__init__(owner, **kwargs)
+        self._owner = owner
+        self._retry_on_chunk_sent = False
+
+    async def _run(self) -> None:
+        owner = self._owner
+        owner.replies.fallback = True
+        talker = owner._talker_llm
+        if talker is None:
+            return  # a scripted Talker (tests): nothing to probe
+        ctx = llm.ChatContext.empty()
+        ctx.add_message(role="system", content="Health check: answer with one word.")
+        ctx.add_message(role="user", content="Ready?")
+        try:
+            async with talker.chat(chat_ctx=ctx, conn_options=self._conn_options) as stream:
+                async for chunk in stream:
+                    if chunk.delta is not None and chunk.delta.content:
+                        self._event_ch.send_nowait(llm.ChatChunk(id=chunk.id, delta=chunk.delta))
+                        return
+        except APIError:
+            raise
+        except Exception as exc:
+            raise APIConnectionError(f"superdialog Talker probe failed: {exc}",
+                                     retryable=False) from exc
+
+
+__all__ = ["DIRECTOR_METRICS_LABEL", "DialogEvent", "DialogMachineLLM", "DialogStream",
+           "ProbeStream"]

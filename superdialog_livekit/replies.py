@@ -13,12 +13,61 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from superdialog_core import LogCorruptError
 from superdialog_core.events import Utterance
 
-from .sync import SpeechSync
+from .sync import SpeechSync, message_text
+
+
+@dataclass
+class Plan:
+    """What one LiveKit reply is, and what to log before it.
+
+    ``kind``: ``opening``; ``turn`` (``texts``: the new user messages, answered in order);
+    ``reply`` (one Talker segment with no new user words: after a function tool's result,
+    for ``generate_reply(instructions=...)``, or when the caller comes back from another
+    agent, then ``decide`` asks for the returning turn's one Director call); ``none``.
+    ``actions`` are logged first, in context order: ``("line", role, text, kind, agent,
+    message_id)``, ``("answered", user_text, reply_text, agent, message_id)`` (a fallback
+    answered the turn), ``("call", ...)`` and ``("result", ...)`` (function tools).
+    """
+
+    kind: str
+    texts: list[str] = field(default_factory=list)
+    instructions: str | None = None
+    actions: list[tuple[Any, ...]] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)  # call ids of this engine's answered calls
+    context_user: bool = False  # another agent's caller lines came back
+    decide: bool = False
+
+
+def agents_of(history: Any) -> dict[str, str]:
+    """Item id -> the id of the agent that had the call when it was added (session history)."""
+    owner: dict[str, str] = {}
+    current: str | None = None
+    for item in getattr(history, "items", ()):
+        if item.type == "agent_handoff":
+            current = item.new_agent_id
+        elif current is not None:
+            owner[item.id] = current
+    return owner
+
+
+def produced_by(message: Any) -> str | None:
+    """The LLM that produced an assistant message (``provider/model``), None for a ``say``.
+
+    LiveKit stamps a pipeline reply with its LLM's metadata; ``say`` lines carry none.
+    """
+    metrics = getattr(message, "metrics", None) or {}
+    meta = metrics.get("llm_metadata") if isinstance(metrics, dict) else None
+    if not meta:
+        return None
+    provider = meta.get("model_provider") or "unknown"
+    model = meta.get("model_name") or "unknown"
+    return f"{provider}/{model}"
 
 
 class ReplyPlanner:
@@ -35,6 +84,16 @@ class ReplyPlanner:
         self._opening_done: asyncio.Event | None = None
         self._start_decision: asyncio.Future[str] | None = None  # see hold_turns
         self._turn_waiting = False
+        # Ids of the agents this LLM speaks for (DialogAgent registers itself on enter).
+        self.agent_ids: set[str] = set()
+        # This LLM sits in a FallbackAdapter: another LLM's reply to a caller turn is the
+        # fallback's (set by DialogAgent(dialog=...), a raised attempt or a recovery probe).
+        self.fallback = False
+
+    @property
+    def opened(self) -> bool:
+        """The call has started (opening spoken or begun, a silent start, or a resume)."""
+        return self._opened
 
     def opening_finished(self) -> None:
         if self._opening_done is not None:
@@ -98,34 +157,165 @@ class ReplyPlanner:
         finally:
             done.set()
 
-    def plan(self, chat_ctx: Any) -> tuple[str, list[str]]:
-        """What this reply is: ``("opening", [])``, ``("turn", texts)`` or ``("none", [])``.
+    def plan(self, chat_ctx: Any, *, history: Any = None) -> Plan:
+        """What this reply is (see ``Plan``), and what to log before it.
 
-        Synchronous on purpose: new user messages are claimed before any await, so concurrent
-        streams never log the same message twice.
+        Synchronous on purpose: new items are claimed before any await, so concurrent streams
+        never log the same message twice. ``history`` is the session's history (it knows which
+        agent had the call when), used to tell another agent's lines from this one's.
         """
         speech = self._speech
         ledger = speech.ledger
         assistant, unseen = ledger.scan(chat_ctx)  # one pass over the context for both
         speech.sync_messages(assistant)
+        extra = ledger.scan_extra()  # instructions, function items, foreign messages
+        plan = self._reconcile(extra, history) if extra else Plan("none")
         fresh = ledger.claim(unseen)
         texts = [t for t in (ledger.user_ids[m.id].strip() for m in fresh) if t]
         if texts:
-            return "turn", texts
-        if not self._opened:
+            plan.kind, plan.texts = "turn", texts
+        elif not self._opened:
             self._opened = True
-            return "opening", []
-        return "none", []
+            plan.kind = "opening"
+        elif plan.instructions or plan.results or plan.decide:
+            plan.kind = "reply"
+        return plan
 
-    async def open_reply(self, plan: tuple[str, list[str]]) -> AsyncIterator[str] | None:
+    def reconcile(self, chat_ctx: Any, *, history: Any = None) -> Plan:
+        """Claim and plan the lines of ``chat_ctx`` this engine did not produce (an observed
+        ``say``, a fallback's reply), with no reply of its own: user messages nobody has
+        answered yet are left for the next reply."""
+        speech = self._speech
+        assistant, _ = speech.ledger.scan(chat_ctx)
+        speech.sync_messages(assistant)
+        extra = speech.ledger.scan_extra(messages_only=True)
+        return self._reconcile(extra, history) if extra else Plan("none")
+
+    def _reconcile(self, extra: list[Any], history: Any) -> Plan:
+        """The unseen items (in context order) as the plan's logging actions, claimed now."""
+        ledger = self._speech.ledger
+        plan = Plan("none")
+        owner_of = agents_of(history) if history is not None else {}
+        ours = self.agent_ids
+        pending: list[Any] = []  # unseen user messages no other line answered (yet)
+
+        def agent_of(item: Any) -> str | None:
+            agent = owner_of.get(item.id)
+            return None if agent is None or agent in ours else agent
+
+        for item in extra:
+            kind = item.type
+            if kind == "function_call":
+                ledger.function_ids.add(item.id)
+                if item.call_id not in ledger.call_ids:  # another agent's call
+                    plan.actions.append(("call", item.call_id, item.name, item.arguments,
+                                         agent_of(item) or "other"))
+                continue
+            if kind == "function_call_output":
+                ledger.function_ids.add(item.id)
+                mine = item.call_id in ledger.call_ids
+                plan.actions.append(("result", item.call_id, item.name, item.output,
+                                     item.is_error, None if mine else agent_of(item) or "other"))
+                if mine and getattr(item, "reply_required", True):
+                    plan.results.append(item.call_id)
+                continue
+            role = item.role
+            if role == "system":
+                ledger.system_ids.add(item.id)
+                plan.instructions = message_text(item).strip() or plan.instructions
+                continue
+            if role == "user":
+                agent = agent_of(item)
+                if agent is not None:  # another agent had the call: context, not a turn
+                    plan.actions.append(("line", "user", ledger.claim_text(item), "other_agent",
+                                         agent, item.id))
+                    plan.context_user = True
+                else:
+                    pending.append(item)
+                continue
+            # An assistant message this engine did not produce.
+            ledger.assistant_ids.add(item.id)
+            text = message_text(item).strip()
+            if not text:
+                continue
+            agent = agent_of(item)
+            model = produced_by(item)
+            if agent is None and model is None:
+                plan.actions.append(("line", "assistant", text, "say", None, item.id))
+            elif agent is None and self.fallback:
+                # A fallback LLM answered the caller's turn: logged as its reply, and the
+                # Director decides the turn as usual.
+                answered, pending = pending, []
+                for user in answered[:-1]:
+                    plan.actions.append(("answered", ledger.claim_text(user), None, model,
+                                         user.id))
+                if answered:
+                    plan.actions.append(("answered", ledger.claim_text(answered[-1]), text,
+                                         model, answered[-1].id))
+                else:
+                    plan.actions.append(("line", "assistant", text, "fallback", model, item.id))
+            else:
+                # Another agent's reply: the caller's words it answered were its turns too.
+                agent = agent or model or "other"
+                for user in pending:
+                    plan.actions.append(("line", "user", ledger.claim_text(user), "other_agent",
+                                         agent, user.id))
+                    plan.context_user = True
+                pending = []
+                plan.actions.append(("line", "assistant", text, "other_agent", agent, item.id))
+        plan.decide = plan.context_user and not pending
+        return plan
+
+    async def log_actions(self, plan: Plan) -> int | None:
+        """Log what the plan found (other lines, fallback turns, function results), in order.
+
+        Returns the version of the last other-agent user line (the returning turn's one
+        Director call judges it).
+        """
+        rt = self._runtime_of()
+        last_context: int | None = None
+        for action in plan.actions:
+            what = action[0]
+            if what == "line":
+                _, role, text, kind, agent, message_id = action
+                event = await rt.log_line(role, text, kind=kind, agent=agent,
+                                          message_id=message_id)
+                if role == "user":
+                    last_context = event.version
+            elif what == "answered":
+                _, user_text, reply_text, agent, message_id = action
+                await rt.answered_turn(user_text, reply_text, agent=agent, message_id=message_id)
+            elif what == "call":
+                _, call_id, name, arguments, agent = action
+                rt.function_call(call_id, name, arguments, agent=agent)
+            elif what == "result":
+                _, call_id, name, output, is_error, agent = action
+                rt.function_result(call_id, name, output, is_error=is_error, agent=agent)
+        return last_context
+
+    async def open_reply(self, plan: Plan) -> AsyncIterator[str] | None:
         """The runtime stream for a plan (earlier user messages of a burst run as silent turns)."""
-        kind, texts = plan
+        kind, texts = plan.kind, plan.texts
         rt = self._runtime_of()
         if kind == "opening":
             self._opening_done = self._opening_done or asyncio.Event()
-            return rt.stream_start()
+            # Lines before this engine had the call (another agent's, a say) come first.
+            context = [{"role": a[1], "text": a[2], "kind": a[3] if a[1] == "assistant" else None,
+                        "agent": a[4], "message_id": a[5]}
+                       for a in plan.actions if a[0] == "line"]
+            return rt.stream_start(instructions=plan.instructions, context=context)
+        if kind != "turn":
+            if self._opening_done is not None:
+                await self._opening_done.wait()
+            last_context = await self.log_actions(plan) if plan.actions else None
         if kind == "none":
             return None
+        if kind == "reply":
+            decide = None
+            if plan.decide and last_context is not None:
+                entry = rt.state.entry(last_context)
+                decide = (entry.text, last_context) if entry is not None else None
+            return rt.stream_reply(instructions=plan.instructions, decide=decide)
         mode = None
         if self._start_decision is not None:
             if not self._start_decision.done():
@@ -136,6 +326,10 @@ class ReplyPlanner:
             return self._opening_then(texts)
         if self._opening_done is not None:
             await self._opening_done.wait()
+        if plan.actions:
+            await self.log_actions(plan)
+        if plan.instructions:
+            await rt.steer(plan.instructions)
         # A first user turn before any opening (outbound call, or a plain Agent that never
         # asked for one): the runtime starts silently by itself.
         self._opened = True
@@ -171,4 +365,4 @@ class ReplyPlanner:
                 yield piece
 
 
-__all__ = ["ReplyPlanner"]
+__all__ = ["Plan", "ReplyPlanner", "agents_of", "produced_by"]

@@ -20,6 +20,8 @@ from superdialog_core.events import Utterance
 
 logger = logging.getLogger("superdialog_livekit")
 
+_NOT_OURS = ("say", "fallback", "other_agent")  # Utterance kinds of lines the engine logged for others
+
 
 @dataclass
 class Delivery:
@@ -29,6 +31,7 @@ class Delivery:
     text: str = ""
     # (log version, start offset, end offset) of each assistant utterance inside ``text``.
     utterances: list[tuple[int, int, int]] = field(default_factory=list)
+    handle: Any = None  # the SpeechHandle of a say line (its message names it)
     closed: bool = False  # no more text will be added
     cancelled: bool = False  # the stream was cancelled (barge-in or session close)
     settled: bool = False  # heard text applied (or known to be complete)
@@ -93,6 +96,14 @@ def covered_length(full: str, delivered: str) -> int | None:
     return covered
 
 
+def _made_here(message: Any) -> bool:
+    """LiveKit stamped the message with this plugin's LLM metadata (provider ``superdialog``):
+    a reply of this engine even when a transcription_node rewrote its text."""
+    metrics = getattr(message, "metrics", None)
+    meta = metrics.get("llm_metadata") if isinstance(metrics, dict) else None
+    return bool(meta) and meta.get("model_provider") == "superdialog"
+
+
 def message_text(message: Any) -> str:
     """The text of a LiveKit ChatMessage (str parts only)."""
     text = getattr(message, "text_content", None)
@@ -110,6 +121,14 @@ class ChatLedger:
     # LiveKit assistant message id -> the log versions of the utterances it spoke.
     message_versions: dict[str, list[int]] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
+    # Items that are neither the caller's words nor this engine's replies, seen once each:
+    # per-reply instructions (system messages), function calls and their outputs.
+    system_ids: set[str] = field(default_factory=set)
+    function_ids: set[str] = field(default_factory=set)
+    call_ids: set[str] = field(default_factory=set)  # call ids of this engine's Talker's calls
+    # Assistant messages this engine did not produce (a say, a fallback, another agent).
+    foreign: list[Any] = field(default_factory=list)
+    _unseen: list[Any] = field(default_factory=list)  # the last scan's unseen items, in order
 
     def new_user_messages(self, chat_ctx: Any) -> list[Any]:
         """User messages not seen before, in order; they are claimed at once (no await between)."""
@@ -117,21 +136,80 @@ class ChatLedger:
 
     def scan(self, chat_ctx: Any) -> tuple[list[Any], list[Any]]:
         """One pass over ``chat_ctx``: the assistant messages not matched yet and the user
-        messages not seen yet, each in order. Nothing is claimed or matched here."""
+        messages not seen yet, each in order. Nothing is claimed or matched here.
+
+        The same pass keeps every unseen item in context order (with the system messages and
+        function items not seen yet) for ``scan_extra``.
+        """
         assistant: list[Any] = []
         user: list[Any] = []
+        unseen: list[Any] = []
         matched = self.assistant_ids
         seen = self.user_ids
+        foreign = {m.id for m in self.foreign} if self.foreign else None
         for item in chat_ctx.items:
-            if getattr(item, "type", None) != "message":
+            kind = getattr(item, "type", None)
+            if kind != "message":
+                if (kind == "function_call" or kind == "function_call_output") \
+                        and item.id not in self.function_ids:
+                    unseen.append(item)
                 continue
             role = item.role
             if role == "user":
                 if item.id not in seen:
                     user.append(item)
-            elif role == "assistant" and item.id not in matched:
-                assistant.append(item)
+                    unseen.append(item)
+            elif role == "assistant":
+                if item.id not in matched:
+                    assistant.append(item)
+                    unseen.append(item)
+                elif foreign and item.id in foreign:  # observed already, not yet planned
+                    unseen.append(item)
+            elif role == "system" and item.id not in self.system_ids \
+                    and not item.id.startswith("lk."):
+                unseen.append(item)
+        self._unseen = unseen
         return assistant, user
+
+    def scan_extra(self, *, messages_only: bool = False) -> list[Any]:
+        """The items of the last ``scan`` a plain turn does not explain, in context order.
+
+        Unseen user messages come along (to tell which of them another line answered) only
+        when something else is unseen: per-reply instructions (system messages LiveKit did not
+        make itself, whose ids start with ``lk.``), function calls and outputs, and assistant
+        messages ``match`` found foreign (``foreign``). Empty for a plain turn. Call it after
+        the assistant messages of that scan were matched (``SpeechSync.sync_messages``).
+        """
+        foreign = {m.id for m in self.foreign}
+        self.foreign = []
+        out: list[Any] = []
+        interesting = bool(foreign)
+        for item in self._unseen:
+            kind = item.type
+            if kind != "message":
+                if not messages_only:
+                    out.append(item)
+                    interesting = True
+                continue
+            role = item.role
+            if role == "user":
+                if item.id not in self.user_ids:
+                    out.append(item)
+            elif role == "assistant":
+                if item.id in foreign:
+                    out.append(item)
+            elif not messages_only and any(isinstance(c, str) and c.strip()
+                                           for c in item.content):
+                out.append(item)
+                interesting = True
+        self._unseen = []
+        return out if interesting else []
+
+    def claim_text(self, message: Any) -> str:
+        """Claim one user message (logged by someone other than a turn); returns its text."""
+        text = message_text(message)
+        self.user_ids[message.id] = text
+        return text
 
     def claim(self, messages: list[Any]) -> list[Any]:
         """Claim user messages (from ``scan``) not seen yet; returns those, in order."""
@@ -190,7 +268,18 @@ class ChatLedger:
             if interrupted or delivery.cancelled:
                 corrections.extend(delivery.heard(text))
             return delivery, corrections
+        if text.strip() and not _made_here(message) and not self._said_here(message):
+            self.foreign.append(message)  # a say, a fallback's reply, another agent's line
         return None, corrections
+
+    def _said_here(self, message: Any) -> bool:
+        """A line this engine spoke with ``session.say`` whose handle already holds it."""
+        for delivery in self.deliveries:
+            handle = delivery.handle
+            if handle is not None and any(i is message or getattr(i, "id", None) == message.id
+                                          for i in getattr(handle, "chat_items", ())):
+                return True
+        return False
 
     def settle_unheard(self, delivery: Delivery) -> list[tuple[int, str]]:
         """A delivery whose speech ended with no assistant message: nothing of it was heard."""
@@ -255,14 +344,18 @@ class SpeechSync:
             _, corrections = self.ledger.match(message)
             self.mark_heard(corrections)
 
-    def observe_message(self, message: Any) -> None:
-        """A ``conversation_item_added`` assistant message: correct heard text at once."""
+    def observe_message(self, message: Any) -> bool:
+        """A ``conversation_item_added`` assistant message: correct heard text at once.
+
+        True when it is a line this engine did not produce (left in ``ledger.foreign``).
+        """
         if getattr(message, "type", None) != "message" or message.role != "assistant":
-            return
+            return False
         if message.id in self.ledger.assistant_ids:
-            return
+            return False
         _, corrections = self.ledger.match(message)
         self.mark_heard(corrections)
+        return any(m is message for m in self.ledger.foreign)
 
     def attach_utterances(self, delivery: Delivery, after_version: int) -> None:
         """Find the assistant utterances the runtime logged for ``delivery`` (after a version)."""
@@ -271,7 +364,8 @@ class SpeechSync:
         found = []
         for version in range(after_version + 1, log.version + 1):
             event = log.get(version)
-            if isinstance(event, Utterance) and event.role == "assistant" and version not in known:
+            if (isinstance(event, Utterance) and event.role == "assistant" and version not in known
+                    and event.kind not in _NOT_OURS):
                 found.append(event)
         delivery.attach(found)
 
@@ -318,6 +412,7 @@ class SpeechSync:
         delivery.closed = True
         delivery.attach(utterances)
         handle = self.session.say(text, allow_interruptions=interruptible)
+        delivery.handle = handle
         self.track_speech(delivery, handle, rt.log.version)
         return handle
 

@@ -2,11 +2,13 @@
 
 ``POST /v1/chat/completions`` (always answered as an SSE stream, like the openai plugin asks):
 
-* a request that carries ``tools`` is a Director call: the next scripted verdict is streamed as
+* a request that forces a tool (``tool_choice`` naming it) or offers ``record_verdict`` is a
+  Director call: the next scripted verdict is streamed as
   one tool call named after the request's ``tool_choice`` function (id and name in the first
   delta, the JSON arguments split over later deltas, ``finish_reason: tool_calls``). A verdict
   given as a ``str`` is streamed as plain text content instead (the "JSON text answer" path);
-* any other request is a Talker call: the next scripted reply is streamed word by word.
+* any other request is a Talker call (it may offer the Agent's function tools): the next
+  scripted reply is streamed word by word, or, for a ``CallTool``, as a tool call.
 
 Exhausted scripts behave like ``ScriptedDirector``/``ScriptedTalker``: ``{}`` for verdicts, the
 last reply repeats. Every request body is kept in ``.requests`` (and split into
@@ -31,6 +33,29 @@ class RawToolArguments(str):
     """A verdict streamed as a tool call whose arguments are exactly this text (maybe not JSON)."""
 
 
+class CallTool:
+    """A Talker reply that calls one of the offered function tools (after optional ``text``).
+
+    Streamed like OpenAI does: id and name first, the JSON arguments over later deltas, then
+    ``finish_reason: tool_calls``.
+    """
+
+    def __init__(self, name: str, arguments: dict[str, Any] | None = None, *, text: str = "",
+                 call_id: str = "call_talker_1") -> None:
+        self.name = name
+        self.arguments = json.dumps(arguments or {})
+        self.text = text
+        self.call_id = call_id
+
+
+def is_director_request(body: dict[str, Any]) -> bool:
+    """A Director call forces its verdict tool; a Talker may be offered the Agent's tools."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return True
+    return any(t.get("function", {}).get("name") == "record_verdict" for t in body.get("tools", []))
+
+
 class FakeOpenAIServer:
     """Start with ``async with FakeOpenAIServer(...) as server``; ``server.base_url`` ends in /v1."""
 
@@ -41,11 +66,13 @@ class FakeOpenAIServer:
         director: list[Script] | None = None,
         token_delay: float = 0.0,
         director_delay: float = 0.0,
+        fail_talker: int = 0,
     ) -> None:
         self.talker: list[Script] = list(talker or [])
         self.director: list[Script] = list(director or [])
         self.token_delay = token_delay
         self.director_delay = director_delay
+        self.fail_talker = fail_talker  # answer that many Talker requests with HTTP 500 first
         self.requests: list[dict[str, Any]] = []
         self.director_requests: list[dict[str, Any]] = []
         self.talker_requests: list[dict[str, Any]] = []
@@ -82,11 +109,15 @@ class FakeOpenAIServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.fail_talker and not is_director_request(body):
+            self.fail_talker -= 1
+            self.talker_requests.append(body)
+            return web.json_response({"error": {"message": "scripted outage"}}, status=500)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         model = body.get("model", "fake")
         try:
-            if body.get("tools"):
+            if is_director_request(body):
                 self.director_requests.append(body)
                 await self._stream_director(response, body, model)
             else:
@@ -121,6 +152,9 @@ class FakeOpenAIServer:
             self._last_reply = reply
         else:
             reply = self._pick(self._last_reply, body)
+        if isinstance(reply, CallTool):
+            await self._stream_tool_call(response, model, reply)
+            return
         words = str(reply).split(" ")
         await self._send(response, model, {"role": "assistant", "content": ""})
         for i, word in enumerate(words):
@@ -131,6 +165,20 @@ class FakeOpenAIServer:
         await self._send(response, model, None,
                          usage={"prompt_tokens": 20, "completion_tokens": len(words),
                                 "total_tokens": 20 + len(words)})
+
+    async def _stream_tool_call(self, response: web.StreamResponse, model: str,
+                                call: CallTool) -> None:
+        await self._send(response, model, {"role": "assistant", "content": call.text or None})
+        await self._send(response, model, {"tool_calls": [
+            {"index": 0, "id": call.call_id, "type": "function",
+             "function": {"name": call.name, "arguments": ""}}]})
+        step = max(1, len(call.arguments) // 2)
+        for start in range(0, len(call.arguments), step):
+            await self._send(response, model, {"tool_calls": [
+                {"index": 0, "function": {"arguments": call.arguments[start:start + step]}}]})
+        await self._send(response, model, {}, finish="tool_calls")
+        await self._send(response, model, None,
+                         usage={"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25})
 
     async def _stream_director(self, response: web.StreamResponse, body: dict[str, Any], model: str) -> None:
         verdict = self._pick(self.director.pop(0), body) if self.director else {}
@@ -169,4 +217,5 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 
 Responder = Callable[[dict[str, Any]], Any]
 
-__all__ = ["FakeOpenAIServer", "RawToolArguments", "tool_names"]
+__all__ = ["CallTool", "FakeOpenAIServer", "RawToolArguments", "is_director_request",
+           "tool_names"]

@@ -134,7 +134,13 @@ def test_chat_context_rejects_unknown_roles() -> None:
     ctx = chat_context([{"role": "system", "content": "a"}, {"role": "assistant", "content": "b"}])
     assert [m.role for m in ctx.items] == ["system", "assistant"]
     with pytest.raises(ValueError, match=r"messages\[0\]\.role"):
-        chat_context([{"role": "tool", "content": "x"}])
+        chat_context([{"role": "function", "content": "x"}])
+    # This turn's host function calls and results become LiveKit's own items.
+    ctx = chat_context([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "name": "hours", "arguments": '{"day":"Monday"}'}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "hours", "content": "9 to 5"}])
+    assert [i.type for i in ctx.items] == ["function_call", "function_call_output"]
+    assert ctx.items[0].arguments == '{"day":"Monday"}' and ctx.items[1].output == "9 to 5"
 
 
 def test_adapters_satisfy_the_engine_protocols() -> None:

@@ -335,7 +335,10 @@ async def test_a_talker_failure_mid_reply_is_never_retried_or_duplicated(playboo
     assert text.startswith("Let me see ")
     assert text.count("Let me see") == 1  # the three words went out once; no retry repeated them
     assert len(talker.contexts) == 1  # one Talker call for the reply: no hidden retry
-    assert errors == []  # the engine answered the failure; LiveKit saw no LLM error
+    # The engine answered the failure (no retry, no raise), and said so: one recoverable
+    # LiveKit LLM error, which the session re-emits as its "error" event (SPEC §10: loud).
+    assert [e.recoverable for e in errors] == [True]
+    assert "scripted connection drop" in str(errors[0].error)
     rt = dialog.runtime
     degraded = [e for e in rt.log if isinstance(e, Degraded)]
     assert degraded and "talker" in degraded[0].component

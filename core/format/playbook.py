@@ -202,6 +202,26 @@ class SilencePolicy(_Model):
     _prompts: list[Any] = PrivateAttr(default_factory=list)  # compiled speech templates
 
 
+MODEL_FAILURE_LINE = (
+    "I'm sorry, we're having technical trouble on our side and can't continue this call right "
+    "now."
+)
+
+
+class ModelFailurePolicy(_Model):
+    """``policies.model_failure``: what a call does when a model role keeps failing.
+
+    After ``after`` call-level failures of one role in a row (Talker or Director: an error, a
+    timeout, output unparseable after the retry), the call speaks ``line`` and moves to
+    ``then`` (a checkpoint ref; a terminal one ends the call with its outcome). Without
+    ``then`` the call ends with outcome ``model_failure``.
+    """
+
+    after: int = Field(default=3, ge=1)
+    line: str = MODEL_FAILURE_LINE
+    then: str = ""
+
+
 DEFAULT_GOODBYE_WORDS = [
     "bye", "goodbye", "good bye", "bye bye", "see you", "talk to you later", "have to go",
     "got to go", "gotta go", "that's all", "hang up",
@@ -232,6 +252,7 @@ class Policies(_Model):
     """Conversation policies. From ``phone_region`` on, the fields are ours."""
 
     silence: SilencePolicy | None = None
+    model_failure: ModelFailurePolicy | None = None
     context: Literal["append", "reset", "reset_with_summary"] = "append"
     hold_timeout: float = Field(default=4.0, gt=0)
     extended_timeout: float = Field(default=0.0, ge=0)
@@ -487,6 +508,7 @@ class Playbook(_Model):
 
 
 __all__ = [
+    "MODEL_FAILURE_LINE",
     "AdvanceRule",
     "Checkpoint",
     "DispatchEntry",
@@ -496,6 +518,7 @@ __all__ = [
     "Journey",
     "LLMConfig",
     "MiddlewareSpec",
+    "ModelFailurePolicy",
     "PipelineSpec",
     "PipelineStep",
     "Playbook",

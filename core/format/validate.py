@@ -243,7 +243,9 @@ class _Checker:
         silence = self.pb.policies.silence
         if silence is not None and silence.then:
             self.ref(silence.then, "policies.silence.then")
-
+        failure = self.pb.policies.model_failure
+        if failure is not None and failure.then:
+            self.ref(failure.then, "policies.model_failure.then")
 
     def settings(self) -> None:
         """Values pydantic cannot check: the timezone and the phone region."""
@@ -293,6 +295,8 @@ def _graph_warnings(playbook: Playbook) -> list[Problem]:
     roots = [playbook.initial_ref, *(i.to for i in playbook.interrupts), *(d.to for d in playbook.dispatch)]
     if playbook.policies.silence is not None and playbook.policies.silence.then:
         roots.append(playbook.policies.silence.then)
+    if playbook.policies.model_failure is not None and playbook.policies.model_failure.then:
+        roots.append(playbook.policies.model_failure.then)
     for handler in playbook.handlers:
         roots.extend(_pipeline_targets(pipelines.get(handler.pipeline)))
     seen: set[str] = set()

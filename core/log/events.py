@@ -23,7 +23,7 @@ Role = Literal["user", "assistant"]
 SlotStatus = Literal["provisional", "accepted", "confirmed"]
 WrittenBy = Literal["director", "caller", "tool", "rule", "call_start", "policy"]
 AdvanceBy = Literal["director", "expr", "pipeline", "interrupt", "policy", "init"]
-NoteKind = Literal["steer", "repair"]
+NoteKind = Literal["steer", "repair", "instruction"]
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
@@ -49,7 +49,12 @@ class Utterance(Event, tag="utterance", kw_only=True):
 
     ``kind`` says where an assistant line came from: ``talker`` (a Talker segment), ``verbatim``
     (a checkpoint's say_verbatim or exit line), ``filler`` (barrier ladder rungs), ``prompt``
-    (silence prompts), ``line`` (recovery, start-failure and other canned lines).
+    (silence prompts), ``line`` (recovery, start-failure and other canned lines); and for lines
+    this engine did not produce: ``say`` (the host's ``session.say`` or any other assistant
+    message), ``fallback`` (a fallback LLM answered instead of the Talker), ``other_agent``
+    (another agent's line while it had the call). ``agent`` names who handled the line when it
+    was not this engine: the other agent (for its user and agent lines) or the fallback LLM.
+    A user utterance with ``agent`` set was handled by another agent: context, not a turn.
     """
 
     role: Role
@@ -65,6 +70,7 @@ class Utterance(Event, tag="utterance", kw_only=True):
     # the whole utterance's length in characters and its sha256 (hex of its UTF-8).
     text_length: int | None = None
     text_sha256: str | None = None
+    agent: str | None = None  # who handled it when not this engine (see above)
 
 
 class SpeechCorrection(Event, tag="speech_correction", kw_only=True):
@@ -177,10 +183,39 @@ class External(Event, tag="external", kw_only=True):
 
 
 class Degraded(Event, tag="degraded", kw_only=True):
-    """Something went worse than planned; the conversation went on."""
+    """Something went worse than planned; the conversation went on.
+
+    ``model_failure``: a call-level failure of a model role (``component`` is ``talker`` or
+    ``director``: an error, a timeout, or output unparseable after the retry). These count
+    toward ``policies.model_failure``; per-field findings never do.
+    """
 
     component: str
     detail: str
+    model_failure: bool = False
+
+
+class FunctionCall(Event, tag="function_call", kw_only=True):
+    """The Talker (or, with ``agent`` set, another agent) called a host function tool.
+
+    A LiveKit ``@function_tool`` the host runs, not a playbook tool: it never reaches
+    ``results.*`` or ``calls.*``. ``arguments`` is the JSON text the model sent.
+    """
+
+    call_id: str
+    name: str
+    arguments: str = "{}"
+    agent: str | None = None
+
+
+class FunctionResult(Event, tag="function_result", kw_only=True):
+    """What a host function tool returned (``output`` as the host reported it)."""
+
+    call_id: str
+    name: str = ""
+    output: str = ""
+    is_error: bool = False
+    agent: str | None = None
 
 
 class LogRepaired(Event, tag="log_repaired", kw_only=True):
@@ -218,6 +253,8 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a Union object for tagged decod
     Degraded,
     LogRepaired,
     SessionEnd,
+    FunctionCall,
+    FunctionResult,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -253,6 +290,8 @@ __all__ = [
     "EnvWrite",
     "Event",
     "External",
+    "FunctionCall",
+    "FunctionResult",
     "LogRepaired",
     "NoteConsumed",
     "SessionEnd",

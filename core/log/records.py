@@ -53,6 +53,7 @@ class TranscriptEntry:
     purpose: str | None = None
     superseded: bool = False
     message_id: str | None = None
+    agent: str | None = None  # handled by another agent / a fallback LLM (Utterance.agent)
 
     @property
     def fully_heard(self) -> bool:

@@ -35,7 +35,7 @@ STATE_FIELDS: tuple[str, ...] = (
     "anchor", "timezone", "call", "pending_notes", "refusals", "denied",
     "user_turns_in_checkpoint", "silence_count", "verbatim_spoken",
     "talker_segments_in_checkpoint", "last_pipeline_version", "degraded_count",
-    "first_user_message",
+    "first_user_message", "function_calls", "model_failures",
 )
 
 
@@ -77,6 +77,11 @@ class ConversationState:
         self.talker_segments_in_checkpoint = 0
         self.last_pipeline_version: int | None = None
         self.degraded_count = 0
+        # Host function tools (FunctionCall / FunctionResult events) since the caller's last
+        # turn: the Talker sees them with its next segment. Never in ``results``/``calls``.
+        self.function_calls: list[ev.FunctionCall | ev.FunctionResult] = []
+        # Call-level model failures in a row, per role (policies.model_failure).
+        self.model_failures: dict[str, int] = {}
         # call.first_user_message (SPEC §4.5): the caller's first words, once they are said.
         self.first_user_message: str | None = None
         # Utterances are looked up by version with a binary search over the transcript (it is
@@ -139,9 +144,13 @@ class ConversationState:
             kind=event.kind,
             purpose=event.purpose,
             message_id=event.message_id,
+            agent=event.agent,
         )
         self.transcript.append(entry)
-        if event.role == "user":
+        if event.role == "user" and event.agent is not None:
+            pass  # another agent's turn: context, never a turn of this playbook's
+        elif event.role == "user":
+            self.function_calls = []
             self.user_turns_in_checkpoint += 1
             if self.first_user_message is None:
                 self.first_user_message = event.text
@@ -152,6 +161,7 @@ class ConversationState:
             self.verbatim_spoken.add(self.checkpoint)
         elif event.kind == "talker":
             self.talker_segments_in_checkpoint += 1
+            self.model_failures.pop("talker", None)
 
     def _speech_correction(self, event: ev.SpeechCorrection) -> None:
         entry = self.entry(event.utterance_version)
@@ -198,6 +208,8 @@ class ConversationState:
         self.silence_count = 0
         self.talker_segments_in_checkpoint = 0
         self.verbatim_spoken = set()
+        if event.rule_id == "policy:model_failure":
+            self.model_failures = {}  # the policy acted: count afresh
 
     def _steering_note(self, event: ev.SteeringNote) -> None:
         self.pending_notes.append(event)
@@ -230,6 +242,16 @@ class ConversationState:
 
     def _degraded(self, event: ev.Degraded) -> None:
         self.degraded_count += 1
+        if event.model_failure:
+            role = event.component
+            self.model_failures[role] = self.model_failures.get(role, 0) + 1
+
+    def _verdict(self, event: ev.Verdict) -> None:
+        self.model_failures.pop("director", None)
+
+    def _function_call(self, event: ev.FunctionCall | ev.FunctionResult) -> None:
+        if event.agent is None:
+            self.function_calls.append(event)
 
     def _session_end(self, event: ev.SessionEnd) -> None:
         self.ended = True
@@ -426,6 +448,9 @@ _HANDLERS: dict[type, Callable[[ConversationState, Any], None]] = {
     ev.EnvWrite: ConversationState._env_write,
     ev.External: ConversationState._external,
     ev.Degraded: ConversationState._degraded,
+    ev.Verdict: ConversationState._verdict,
+    ev.FunctionCall: ConversationState._function_call,
+    ev.FunctionResult: ConversationState._function_call,
     ev.SessionEnd: ConversationState._session_end,
 }
 
@@ -434,7 +459,7 @@ def _entry_tuple(entry: TranscriptEntry) -> tuple[Any, ...]:
     return (
         entry.version, entry.role, entry.text, entry.heard_text, entry.spoke_from_version,
         entry.interrupted, entry.filler, entry.kind, entry.purpose, entry.superseded,
-        entry.message_id,
+        entry.message_id, entry.agent,
     )
 
 

@@ -220,7 +220,7 @@ def last_read_back(state: Any, end: int | None = None) -> Any | None:
         entry = transcript[i]
         if entry.role != "assistant" or getattr(entry, "superseded", False):
             continue
-        if entry.filler or entry.kind in ("filler", "prompt"):
+        if entry.filler or entry.kind in ("filler", "prompt", "other_agent"):
             continue
         return entry
     return None
@@ -273,6 +273,11 @@ def _transcript_message(state: Any, user_text: str, end: int | None) -> str:
                 quoted = quoted[:1999] + "…"
         else:
             quoted = _json(text, 2000)
+        agent = getattr(e, "agent", None)
+        if agent is not None and e.kind != "fallback":
+            # Another agent had the call: context for this Director, never its turn to judge.
+            lines.append((f"caller (to {agent}): " if e.role == "user" else f"{agent}: ") + quoted)
+            continue
         lines.append(("caller: " if e.role == "user" else "assistant: ") + quoted)
     if end is None and user_text:
         lines.append(f"caller: {_json(user_text, 2000)}")  # not logged (yet): it comes last

@@ -44,6 +44,19 @@ class TalkerRequest:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class TalkerToolCall:
+    """A host function tool the Talker called, yielded by ``TalkerModel.speak`` between texts.
+
+    The host (the LiveKit plugin) runs it; the engine logs it as a ``function_call`` event and
+    does not count the segment as empty. ``arguments`` is the JSON text the model sent.
+    """
+
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+
 @runtime_checkable
 class DirectorModel(Protocol):
     """Returns a verdict object (SPEC §7) or raw text the engine parses (fenced JSON is fine)."""
@@ -53,7 +66,10 @@ class DirectorModel(Protocol):
 
 @runtime_checkable
 class TalkerModel(Protocol):
-    """Streams the spoken text. Consumers ``aclose()`` the stream when they stop early."""
+    """Streams the spoken text. Consumers ``aclose()`` the stream when they stop early.
+
+    A host that offers its own function tools may also yield ``TalkerToolCall`` items.
+    """
 
     def speak(self, request: TalkerRequest) -> AsyncIterator[str]: ...
 
@@ -215,5 +231,6 @@ __all__ = [
     "ScriptedTalker",
     "TalkerModel",
     "TalkerRequest",
+    "TalkerToolCall",
     "chunk_words",
 ]

@@ -22,6 +22,7 @@ from typing import Any
 from ..format import lookups
 from ..format.playbook import Checkpoint, Playbook
 from ..lang.spoken import spoken_date, spoken_digits, spoken_time
+from ..log.events import FunctionCall
 from ..log.slots import read_back_items
 from .director import current_checkpoint, date_anchor
 from .models import TalkerRequest
@@ -180,8 +181,14 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
 
     if state.pending_notes:
         notes = [f"- {'Correction: ' if n.kind == 'repair' else ''}{n.text}"
-                 for n in state.pending_notes]
-        blocks.append("Notes from the supervisor (act on them):\n" + "\n".join(notes))
+                 for n in state.pending_notes if n.kind != "instruction"]
+        if notes:
+            blocks.append("Notes from the supervisor (act on them):\n" + "\n".join(notes))
+        asked = [n.text for n in state.pending_notes if n.kind == "instruction"]
+        if asked:
+            # generate_reply(instructions=...): the host asks for this reply in particular.
+            blocks.append("Instructions for this reply (follow them):\n"
+                          + "\n".join(f"- {text}" for text in asked))
 
     if cp.never_say:
         blocks.append("Never say: " + "; ".join(cp.never_say))
@@ -205,6 +212,24 @@ def _system_message(state: Any, playbook: Playbook, purpose: str,
     if line:
         blocks.append(line)
     return "\n\n".join(blocks)
+
+
+def function_messages(events: list[Any]) -> list[dict[str, Any]]:
+    """This turn's host function calls and results as chat messages, in log order.
+
+    ``{"role": "assistant", "content": "", "tool_calls": [{"id", "name", "arguments"}]}`` for a
+    call, ``{"role": "tool", "tool_call_id", "name", "content"}`` for its result (OpenAI's
+    shape; the LiveKit adapter turns them into ``FunctionCall`` / ``FunctionCallOutput``).
+    """
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if isinstance(event, FunctionCall):
+            out.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": event.call_id, "name": event.name, "arguments": event.arguments}]})
+        else:
+            out.append({"role": "tool", "tool_call_id": event.call_id, "name": event.name,
+                        "content": event.output, "is_error": event.is_error})
+    return out
 
 
 def build_talker_request(
@@ -233,9 +258,11 @@ def build_talker_request(
     system = _system_message(state, playbook, purpose, scope, on_error)
     budget = token_budget - estimate_tokens(system) - ENTRY_OVERHEAD
     messages = [{"role": "system", "content": system}, *packed_transcript(state, budget)]
+    if state.function_calls:
+        messages.extend(function_messages(state.function_calls))
     return TalkerRequest(messages=messages, purpose=purpose,  # type: ignore[arg-type]
                          spoke_from_version=state.version)
 
 
 __all__ = ["PLACEHOLDER", "PURPOSES", "NeverSayFilter", "build_talker_request",
-           "estimate_tokens", "view_values"]
+           "estimate_tokens", "function_messages", "view_values"]

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, Problem
 from ..format.playbook import Playbook
@@ -32,10 +32,13 @@ from ..log.events import (
     Degraded,
     Event,
     External,
+    FunctionCall,
+    FunctionResult,
     LogRepaired,
     SessionStart,
     SlotWrite,
     SpeechCorrection,
+    SteeringNote,
     Utterance,
 )
 from ..log.slots import plan_withdraw
@@ -135,6 +138,7 @@ class Runtime:
         http_client: httpx.AsyncClient | None = None,
         on_late_line: Callable[[str], Any] | None = None,
         tracer: Tracer | None = None,
+        talker_errors: Literal["recover", "raise"] = "recover",
     ) -> None:
         # httpx and the tool runner are imported by the first Runtime, not with the package.
         from ..tools.runner import ToolRunner
@@ -143,6 +147,9 @@ class Runtime:
             playbook = Playbook.load(playbook)
         problems = check_options(director, talker, barrier_timeout, hold_timeout,
                                  director_timeout, token_budget)
+        if talker_errors not in ("recover", "raise"):
+            problems.append(Problem("talker_errors", f"must be 'recover' or 'raise', got "
+                                    f"{talker_errors!r}"))
         if problems:
             raise ConfigError(problems)
         self.playbook = playbook
@@ -179,7 +186,8 @@ class Runtime:
                            ", ".join(missing))
         self._progress = Progress(playbook, self.state, self._emit, self._runner, self._env)
         self._speaker = Speaker(playbook, self.state, self._emit, self._tracing.talker(talker),
-                                self._progress, token_budget=token_budget)
+                                self._progress, token_budget=token_budget,
+                                raise_errors=talker_errors == "raise")
         self._flow = TurnFlow(self)
         self._started = False
         # Set once the start has adopted the stored log or logged session_start (and settled
@@ -222,13 +230,18 @@ class Runtime:
         """Begin the call; with ``speak`` the opening is spoken (verbatim line, else the Talker)."""
         return await self._drain(self._start_stream(speak))
 
-    async def stream_start(self) -> AsyncIterator[str]:
-        """``start()``, streamed."""
-        async with aclosing(self._start_stream(True)) as pieces:
+    async def stream_start(self, *, instructions: str | None = None,
+                           context: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
+        """``start()``, streamed. ``instructions``: the host's words for the opening (a steering
+        note of kind ``instruction``); ``context``: lines said before this engine had the call
+        (``Utterance`` fields: role, text, kind, agent, message_id). Both are logged after
+        ``session_start``, before the opening."""
+        async with aclosing(self._start_stream(True, instructions, context)) as pieces:
             async for piece in pieces:
                 yield piece
 
-    async def _start_stream(self, speak: bool) -> AsyncIterator[str]:
+    async def _start_stream(self, speak: bool, instructions: str | None = None,
+                            context: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
         if self._started:
             raise RuntimeError("start() was already called: a Runtime runs one conversation")
         self._started = True
@@ -260,6 +273,10 @@ class Runtime:
             warm_values_once(self.playbook)
             ready.set()  # a turn may run from here on (it supersedes the opening's speech)
             lines = self._progress.take_lines()
+            for line in context or ():
+                self._emit(Utterance(**line))
+            if instructions:
+                self._emit(SteeringNote(text=instructions, kind="instruction"))
             if speak:
                 self._undelivered = lines
                 async with aclosing(self._flow.finish_reply(reply, opening=True)) as pieces:
@@ -455,6 +472,108 @@ class Runtime:
         finally:
             self._close(reply, completed, task=None)
             self._end_span(span, None)
+
+    # --- replies without new words from the caller ---------------------------------------
+
+    async def stream_reply(self, *, instructions: str | None = None,
+                           decide: tuple[str, int] | None = None) -> AsyncIterator[str]:
+        """One Talker segment from the state as it is now, with no new words from the caller.
+
+        For the continuation after a host function tool's result (the same turn: no Director
+        call), for a host's ``instructions`` (``generate_reply(instructions=...)``, logged first
+        as a steering note of kind ``instruction``), and for the reply when the caller comes
+        back from another agent: ``decide`` = (text, version) of a logged user utterance for the
+        Director to judge in the background; the reply never waits for it.
+        """
+        await self._before_turn()
+        reply = self._speaker.new_reply()
+        self._sink = []
+        self._live = (reply, None)
+        completed = False
+        task: asyncio.Task[None] | None = None
+        try:
+            if self.state.ended:
+                completed = True
+                return
+            if instructions:
+                self._emit(SteeringNote(text=instructions, kind="instruction"))
+            if decide is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self._decide_after_talker(*decide),
+                    name=f"director:{self.session_id}:{decide[1]}")
+                self._live = (reply, task)
+            async with aclosing(self._speaker.talker_segment(reply, "reply")) as pieces:
+                async for piece in pieces:
+                    yield piece
+            completed = True
+        finally:
+            self._close(reply, completed, task)
+
+    async def steer(self, text: str, *, kind: Literal["steer", "instruction"] = "instruction") -> Event:
+        """Log a steering note for the next Talker render (the host's instructions)."""
+        await self._ensure_started()
+        event = self._emit(SteeringNote(text=text, kind=kind))
+        self._persist()
+        return event
+
+    async def _ensure_started(self) -> None:
+        """Started (silently if need be), without touching a reply that is streaming."""
+        ready = self._start_ready
+        if ready is not None and not ready.is_set():
+            await ready.wait()
+        if not self._started:
+            await self._drain(self._start_stream(False))
+
+    async def log_line(self, role: Literal["user", "assistant"], text: str, *,
+                       kind: str | None = None, agent: str | None = None,
+                       message_id: str | None = None) -> Event:
+        """Log a line this engine did not produce, as it was heard: the host's ``say`` (kind
+        ``say``), another agent's lines while it had the call (``agent`` set; its user lines
+        are context, not turns), a fallback model's reply (kind ``fallback``). Nothing runs."""
+        await self._ensure_started()
+        event = self._emit(Utterance(
+            role=role, text=text, kind=kind if role == "assistant" else None, agent=agent,
+            message_id=message_id,
+            spoke_from_version=self.state.version if role == "assistant" else None))
+        self._persist()
+        return event
+
+    async def answered_turn(self, user_text: str, reply_text: str | None, *,
+                            agent: str | None = None, message_id: str | None = None) -> None:
+        """A caller turn a fallback model answered (this engine's Talker was down).
+
+        The caller's words and the fallback's reply (kind ``fallback``) are logged, and the
+        Director decides the turn as usual, in the background; lines that become due wait for
+        the next reply (a call it ended gets its closing line through ``on_late_line``).
+        """
+        await self._before_turn()
+        user = self._emit(Utterance(role="user", text=user_text, message_id=message_id))
+        if reply_text:
+            self._emit(Utterance(role="assistant", text=reply_text, kind="fallback", agent=agent,
+                                 spoke_from_version=self.state.version))
+        if not self.state.ended:
+            task = asyncio.get_running_loop().create_task(
+                self._flow.decide(user_text, user.version),
+                name=f"director:{self.session_id}:{user.version}")
+            self._inflight = asyncio.get_running_loop().create_task(
+                self._flow.deliver_late(task, barge_in=True))
+        self._persist()
+
+    def function_call(self, call_id: str, name: str, arguments: str, *,
+                      agent: str | None = None) -> Event:
+        """Log a host function tool call made outside a Talker segment (another agent's)."""
+        event = self._emit(FunctionCall(call_id=call_id, name=name, arguments=arguments,
+                                        agent=agent))
+        self._persist()
+        return event
+
+    def function_result(self, call_id: str, name: str, output: str, *, is_error: bool = False,
+                        agent: str | None = None) -> Event:
+        """Log what a host function tool returned (the next Talker segment sees it)."""
+        event = self._emit(FunctionResult(call_id=call_id, name=name, output=output,
+                                          is_error=is_error, agent=agent))
+        self._persist()
+        return event
 
     # --- corrections --------------------------------------------------------------------
 

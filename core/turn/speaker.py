@@ -8,16 +8,21 @@ once (the Talker stream included) and ``Reply.abort`` logs exactly the yielded p
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+from ..errors import TalkerFailed
 from ..format.playbook import Playbook
-from ..log.events import Degraded, Event, NoteConsumed
+from ..log.events import Degraded, Event, FunctionCall, NoteConsumed
+from ..roles.models import TalkerToolCall
 from ..roles.never_say import NeverSayFilter
 from ..values.clean import replaced_detail
 from .quiesce import Progress
 from .speech import Reply, Segment, TalkerStream, one_piece
+
+logger = logging.getLogger("superdialog_core.runtime")
 
 FILLER_LINE = "One moment, let me check that."
 HOLD_LINE = "I'm taking a little longer than usual, please bear with me."
@@ -66,6 +71,7 @@ class Speaker:
         progress: Progress,
         *,
         token_budget: int,
+        raise_errors: bool = False,
     ) -> None:
         from ..roles import talker as view  # imported with the first call, not with the package
 
@@ -79,6 +85,9 @@ class Speaker:
         self.talker = talker
         self.progress = progress
         self.token_budget = token_budget
+        # talker_errors="raise": a Talker failure before a reply's first piece raises
+        # TalkerFailed (nothing logged) instead of speaking the recovery line.
+        self.raise_errors = raise_errors
         self.cps = playbook.checkpoints  # looked up once (pydantic private attribute)
 
     # --- bookkeeping --------------------------------------------------------------------
@@ -151,7 +160,11 @@ class Speaker:
         spoke_from = request.spoke_from_version
         for detail in errors:
             self.degrade("talker_view", detail)
-        if state.pending_notes or state.refusals:
+        notes = bool(state.pending_notes or state.refusals)
+        # talker_errors="raise" and nothing said yet: a failure before the first piece must
+        # leave no trace, so the notes are marked consumed only once the Talker answered.
+        tentative = self.raise_errors and not reply.texts
+        if notes and not tentative:
             # The view showed every note and refusal logged so far: they are consumed.
             self.emit(NoteConsumed(upto=spoke_from))
         phrases = self.never_say(ref)
@@ -162,7 +175,8 @@ class Speaker:
                 async for piece in rec:
                     yield piece
             return
-        stream = TalkerStream(source, view.NeverSayFilter(phrases) if phrases else None)
+        stream = TalkerStream(source, view.NeverSayFilter(phrases) if phrases else None,
+                              self._function_call)
         segment = Segment(kind="talker", spoke_from=spoke_from, purpose=purpose, checkpoint=ref)
         before = len(reply.texts)
         # ``say`` written out here: one generator frame less for every streamed piece.
@@ -179,6 +193,12 @@ class Speaker:
                     yield " "
                 reply.add(piece)
                 yield piece
+                if tentative:
+                    tentative = False
+                    if notes:
+                        self.emit(NoteConsumed(upto=spoke_from))
+        if tentative and notes and (stream.error is None or stream.tool_calls):
+            self.emit(NoteConsumed(upto=spoke_from))
         reply.finish()
         if reply.stopped:
             return  # stopped mid-segment: nothing more to judge or say
@@ -187,16 +207,30 @@ class Speaker:
             self.degrade("talker", replaced_detail("talker", stream.replaced))
         if ref is not None:
             reply.talker_at.add(ref)  # rendered here, even if it said nothing
-        if stream.error is not None:
+        if stream.error is not None and not (spoke_nothing and stream.tool_calls):
             async with aclosing(self._talker_failed(reply, stream.error, spoke_nothing)) as rec:
                 async for piece in rec:
                     yield piece
-        elif spoke_nothing:
+        elif spoke_nothing and not stream.tool_calls:
             self.degrade("talker", f"empty {purpose} segment at {ref}")
 
+    def _function_call(self, call: TalkerToolCall) -> None:
+        """The Talker called a host function tool: logged (the host runs it)."""
+        self.emit(FunctionCall(call_id=call.call_id, name=call.name, arguments=call.arguments))
+
     async def _talker_failed(self, reply: Reply, exc: Exception, spoke_nothing: bool) -> AsyncIterator[str]:
+        if self.raise_errors and spoke_nothing and not reply.texts:
+            # Nothing was said or logged for this attempt: the host's fallback takes over.
+            raise TalkerFailed(f"the Talker failed before this reply said anything: "
+                               f"{type(exc).__name__}: {exc}") from exc
         where = "before speaking" if spoke_nothing else "mid-segment"
-        self.degrade("talker", f"{type(exc).__name__} {where}: {exc}")
+        detail = f"{type(exc).__name__} {where}: {exc}"
+        self.emit(Degraded(component="talker", detail=detail, model_failure=True))
+        logger.warning("session %s: the Talker failed (%s in a row): %s", self.state.session_id,
+                       self.state.model_failures.get("talker", 0), detail)
+        policy = self.playbook.policies.model_failure
+        if policy is not None and self.state.model_failures.get("talker", 0) >= policy.after:
+            return  # policies.model_failure speaks its own line instead (TurnFlow)
         text = self.playbook.policies.recovery_line or TALKER_RECOVERY_LINE
         segment = self.canned("line", "recovery", text)
         if segment is not None:

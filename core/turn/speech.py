@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..log.events import Event, Utterance
+from ..roles.models import TalkerToolCall
 from ..values.clean import clean_text
 
 
@@ -142,11 +143,14 @@ class TalkerStream:
     ``error`` so the runtime can log it and speak the recovery line instead of crashing.
     """
 
-    def __init__(self, source: AsyncIterator[str], never_say: Any | None) -> None:
+    def __init__(self, source: AsyncIterator[str], never_say: Any | None,
+                 on_tool_call: Callable[[TalkerToolCall], Any] | None = None) -> None:
         self._source = source
         self._filter = never_say
+        self._on_tool_call = on_tool_call
         self.error: Exception | None = None
         self.replaced = 0  # unencodable code points replaced in what the Talker streamed
+        self.tool_calls = 0  # host function tools the Talker called in this segment
 
     async def pieces(self) -> AsyncIterator[str]:
         trim = _Trim()
@@ -154,6 +158,12 @@ class TalkerStream:
         try:
             async for chunk in source:
                 if not isinstance(chunk, str):
+                    if isinstance(chunk, TalkerToolCall):
+                        # The host runs it; the engine logs it (a function_call event).
+                        self.tool_calls += 1
+                        if self._on_tool_call is not None:
+                            self._on_tool_call(chunk)
+                        continue
                     raise TypeError(f"the Talker streamed a {type(chunk).__name__}, not text")
                 if not chunk.isascii():
                     chunk, count = clean_text(chunk)

@@ -137,11 +137,11 @@ class TurnFlow:
             try:
                 raw = await _within(rt._director.decide(request), remaining)
             except asyncio.TimeoutError:
-                self._degrade("director", f"no verdict within director_timeout="
-                              f"{rt._director_timeout}s; the turn goes on without one")
+                self._director_failed(f"no verdict within director_timeout="
+                                      f"{rt._director_timeout}s; the turn goes on without one")
                 return None, 0.0, attempt
             except Exception as exc:
-                self._degrade("director", f"{type(exc).__name__}: {exc}")
+                self._director_failed(f"{type(exc).__name__}: {exc}")
                 return None, 0.0, attempt
             try:
                 verdict = await self._parse(raw, remaining=max(deadline - time.perf_counter(), 0.001))
@@ -154,7 +154,7 @@ class TurnFlow:
                 if isinstance(exc, prompting.VerdictTooLarge):
                     self._degrade("director", f"verdict_over_cap: {exc.detail}")
                 if attempt == 2:
-                    self._degrade("director", f"unparseable verdict after one retry: {exc.detail}")
+                    self._director_failed(f"unparseable verdict after one retry: {exc.detail}")
                     return None, 0.0, attempt
                 answer = _answer_text(raw)
                 request = self._models.DirectorRequest(
@@ -217,6 +217,41 @@ class TurnFlow:
     def _degrade(self, component: str, detail: str) -> None:
         self.rt._emit(Degraded(component=component, detail=detail))
 
+    def _director_failed(self, detail: str) -> None:
+        """A call-level Director failure: an event that counts toward policies.model_failure,
+        and a warning (the call goes on without a verdict; Director failures never raise)."""
+        rt = self.rt
+        rt._emit(Degraded(component="director", detail=detail, model_failure=True))
+        logger.warning("session %s: the Director failed (%s in a row): %s", rt.session_id,
+                       rt.state.model_failures.get("director", 0), detail)
+
+    def model_failure_due(self) -> bool:
+        """``policies.model_failure``: has one role failed ``after`` times in a row?"""
+        policy = self.rt.playbook.policies.model_failure
+        failures = self.rt.state.model_failures
+        return (policy is not None and bool(failures) and not self.rt.state.ended
+                and max(failures.values()) >= policy.after)
+
+    async def model_failure(self, reply: Reply) -> AsyncIterator[str]:
+        """End the "say that again" loop: speak the policy's line and move to ``then``
+        (without one, the call ends with outcome ``model_failure``)."""
+        rt = self.rt
+        policy = rt.playbook.policies.model_failure
+        assert policy is not None
+        roles = ", ".join(f"{role} {n}x" for role, n in sorted(rt.state.model_failures.items()))
+        self._degrade("policy", f"model_failure: {roles} in a row; speaking the policy line and "
+                      + (f"moving to {policy.then}" if policy.then else "ending the call"))
+        segment = rt._speaker.canned("line", "model_failure", policy.line)
+        if segment is not None:
+            async with aclosing(rt._speaker.line(reply, segment)) as pieces:
+                async for piece in pieces:
+                    yield piece
+        if policy.then:
+            rt._progress.advance(policy.then, rule_id="policy:model_failure", by="policy")
+            await rt._progress.settle()
+        else:
+            rt._emit(SessionEnd(outcome="model_failure", reason="model_failure"))
+
     # --- the reply ----------------------------------------------------------------------
 
     async def reply(self, reply: Reply, task: asyncio.Task[None]) -> AsyncIterator[str]:
@@ -240,10 +275,23 @@ class TurnFlow:
             return
         if reply.stopped:
             return
+        if self.model_failure_due():
+            async with aclosing(self.model_failure(reply)) as pieces:
+                async for piece in pieces:
+                    yield piece
         rt._undelivered = rt._progress.take_lines()
         async with aclosing(self.finish_reply(reply)) as pieces:
             async for piece in pieces:
                 yield piece
+        if self.model_failure_due() and not reply.stopped:
+            # The follow-through's Talker failed once too often: the loop ends now.
+            async with aclosing(self.model_failure(reply)) as pieces:
+                async for piece in pieces:
+                    yield piece
+            rt._undelivered = rt._progress.take_lines()
+            async with aclosing(rt._speaker.due_lines(reply, rt._undelivered)) as pieces:
+                async for piece in pieces:
+                    yield piece
         self._check_repair(reply)
 
     async def finish_reply(self, reply: Reply, *, opening: bool = False) -> AsyncIterator[str]:
