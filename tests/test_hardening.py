@@ -33,6 +33,7 @@ from superdialog_core.lang.expr import evaluate
 from superdialog_core.lang.templates import TemplateRefusal, compile_speech, compile_tool_url
 from superdialog_core.log.eventlog import EventLog, LogCorruptError, encode_line, seal, unseal
 from superdialog_core.log.sqlite_store import SQLiteStore
+from superdialog_core.log.state import ConversationState
 from superdialog_core.log.stores import LogStore, RepairReport
 from superdialog_core.roles import director as director_module
 from superdialog_core.roles import verdict_parse
@@ -333,6 +334,43 @@ def test_stored_values_are_bounded_with_a_clear_refusal() -> None:
     with pytest.raises(ValueTooLarge, match="65 digits is over the 64-digit limit"):
         clean_value({"n": 10**64})
     assert clean_value({"n": 10**64 - 1, "s": "x" * 65536})[1] == 0
+
+
+async def test_nan_and_infinity_are_refused_so_the_stored_log_matches_the_call(
+    tmp_path: Path,
+) -> None:
+    """JSON has no NaN or Infinity: stored, they become null, and the state folded from the
+    store would differ from the live call's. A value holding one is refused like an over-long one."""
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueTooLarge, match=r"value\.x\[0\]: .* not a finite number"):
+            clean_value({"x": [bad]})
+    text = """
+journeys:
+  main:
+    checkpoints:
+      - id: ask
+        slots:
+          extra: {type: object}
+        advance_when:
+          - {id: never, when: "slots.extra == 1", judge: expr, to: main.done}
+      - id: done
+        terminal: true
+"""
+    store = JsonlStore(tmp_path)
+    answer = '{"slots": {"extra": {"x": -Infinity, "y": NaN}}}'
+    rt = runtime(ScriptedDirector([answer, {"slots": {"extra": {"x": 1}}}]),
+                 playbook=playbook(text), python_tools={}, store=store, session_id="call-1")
+    await rt.start()
+    await rt.user_turn("one")
+    await rt.wait_idle()
+    assert rt.state.slots["extra"].value == {"x": 1}  # the retry's answer
+    (verdict,) = of(rt.log, ev.Verdict)
+    assert verdict.attempts == 2  # the first answer was refused and retried
+    stored = await store.load("call-1")
+    assert stored is not None
+    folded = ConversationState.fold(stored, rt.playbook)
+    assert {k: s.value for k, s in folded.slots.items()} == {
+        k: s.value for k, s in rt.state.slots.items()}
 
 
 # --- 5. resume from anything ---------------------------------------------------------------
