@@ -581,6 +581,7 @@ def test_unique_of_dicts_is_linear() -> None:
 
 def test_templates_that_would_run_for_seconds_are_refused() -> None:
     for text in ("{{ 'a' * 10**8 }}", "{{ 2 ** 100000 }}", "{{ range(10**7) | list }}",
+                 "{{ 10.0 ** 400 }}",  # a float overflow: a load error, not a raw OverflowError
                  "{% for a in range(1000) %}{% for b in range(1000) %}.{% endfor %}{% endfor %}"):
         with pytest.raises(PlaybookError, match="too much work"):
             playbook(PLAYBOOK.replace("goal: Look the caller up", f"guidance: \"{text}\""))

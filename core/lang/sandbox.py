@@ -213,6 +213,9 @@ def _const(node: nodes.Node) -> Any:
                     "+": lambda a, b: a + b}[operator](left, right)
         except (TypeError, ValueError, ZeroDivisionError):
             raise nodes.Impossible() from None
+        except OverflowError:  # a float result out of range (10.0 ** 400)
+            raise TemplateBoundError(
+                f"{left!r} {operator} {right!r} is out of range for a number") from None
     raise nodes.Impossible()
 
 
