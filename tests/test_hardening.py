@@ -216,6 +216,17 @@ def test_a_url_template_keeps_scheme_host_and_port_out_of_the_values() -> None:
             playbook(url_playbook(bad))
 
 
+def test_a_url_template_cannot_rebind_env_to_skip_the_encoding() -> None:
+    """``env`` values are used as written, so a name ``env`` bound in the template (set, a
+    loop variable, a macro argument) would carry a slot into the URL raw: a load error."""
+    for bad in ("http://h/v/{% set env = slots.who %}{{ env }}",
+                "http://h/v/{% for env in [slots.who] %}{{ env }}{% endfor %}",
+                "http://h/v/{% macro m(env) %}{{ env }}{% endmacro %}{{ m(slots.who) }}",
+                "http://h/v/{% with env = slots.who %}{{ env }}{% endwith %}"):
+        with pytest.raises(PlaybookError, match="binds the name env"):
+            playbook(url_playbook(bad))
+
+
 async def test_allow_hosts_entries_may_name_a_port() -> None:
     assert (await vet_url("http://127.0.0.1:8080/x", ["127.0.0.1:8080"])).port == 8080
     with pytest.raises(UrlRefused, match=r"127\.0\.0\.1:8081"):

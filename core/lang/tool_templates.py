@@ -197,6 +197,12 @@ class _Authority:
 
 def _wrap_url_values(tree: nodes.Template, text: str) -> None:
     """Encode every non-env output; refuse one before the end of the authority (load error)."""
+    for name in tree.find_all(nodes.Name):
+        if name.name == "env" and name.ctx in ("store", "param"):
+            # env.* is used as written: a template-made ``env`` would carry values in raw.
+            raise TemplateError(
+                f"tool url {text!r}: the template binds the name env (line {name.lineno}); "
+                "env means the playbook's env values here, so pick another name")
     authority = _Authority()
     done = False
 
