@@ -605,6 +605,22 @@ def test_templates_that_would_run_for_seconds_are_refused() -> None:
     assert detail is not None and "100000 limit" in detail
 
 
+def test_padding_in_format_strings_is_bounded_like_repetition() -> None:
+    """A width in a format string builds a string of that many characters: ``%`` (which
+    Jinja would even compute while compiling), ``str.format``, ``|format`` and ``|center``."""
+    for text in ("{{ '%90000000s' % 1 }}", "{{ '%.*f' % (90000000, 1) }}"):
+        with pytest.raises(PlaybookError, match="too much work"):
+            playbook(PLAYBOOK.replace("goal: Look the caller up", f"guidance: \"{text}\""))
+    for text in ("{{ '{:>90000000}'.format(slots.s) }}", "{{ '{:>{}}'.format(slots.s, slots.n) }}",
+                 "{{ '%*s' % (slots.n, slots.s) }}", "{{ '%90000000s' | format(slots.s) }}",
+                 "{{ slots.s | center(slots.n) }}"):
+        out, detail = compile_speech(text).render({"slots": {"s": "a", "n": 90_000_000}})
+        assert out == "" and detail is not None and "limit" in detail, (text, detail)
+    out, detail = compile_speech("{{ '%5.1f|{:>6}' % 2.25 }}|{{ '{:>4}'.format('ab') }}|"
+                                 "{{ 'x' | center(5) }}").render({})
+    assert detail is None and out == "  2.2|{:>6}|  ab|  x  "
+
+
 async def test_caps_are_settable_in_policies() -> None:
     pb = playbook(PLAYBOOK + "policies: {caps: {model_chars: 100, verdict_bytes: 2048}}\n")
     director = ScriptedDirector(["{" * 3000, {}])
