@@ -30,7 +30,12 @@ from superdialog_core import (
 )
 from superdialog_core import events as ev
 from superdialog_core.lang.expr import evaluate
-from superdialog_core.lang.templates import TemplateRefusal, compile_speech, compile_tool_url
+from superdialog_core.lang.templates import (
+    TemplateRefusal,
+    compile_speech,
+    compile_tool_text,
+    compile_tool_url,
+)
 from superdialog_core.log.eventlog import EventLog, LogCorruptError, encode_line, seal, unseal
 from superdialog_core.log.sqlite_store import SQLiteStore
 from superdialog_core.log.state import ConversationState
@@ -619,6 +624,31 @@ def test_padding_in_format_strings_is_bounded_like_repetition() -> None:
     out, detail = compile_speech("{{ '%5.1f|{:>6}' % 2.25 }}|{{ '{:>4}'.format('ab') }}|"
                                  "{{ 'x' | center(5) }}").render({})
     assert detail is None and out == "  2.2|{:>6}|  ab|  x  "
+
+
+def test_loops_over_data_stop_at_the_output_bound() -> None:
+    """Nested loops over a list from the data are not ranges: what they print is bounded, so
+    a 400-item list in three nested loops (64 million lines) is cut at the bound, not built."""
+    from superdialog_core.lang.sandbox import MAX_OUTPUT
+
+    loops = "{% for a in slots.l %}{% for b in slots.l %}{% for c in slots.l %}x{% endfor %}" \
+            "{% endfor %}{% endfor %}"
+    printed: list[int] = []
+
+    class Counting(list):  # counts the items the loops walk (the work done)
+        def __iter__(self) -> Any:
+            for item in super().__iter__():
+                printed.append(1)
+                yield item
+
+    out, detail = compile_speech(loops).render({"slots": {"l": Counting(range(400))}})
+    assert out == "" and detail is not None and f"{MAX_OUTPUT}" in detail
+    assert len(printed) < 2 * MAX_OUTPUT
+    with pytest.raises(TemplateRefusal, match=f"{MAX_OUTPUT}"):
+        compile_tool_text("{% for a in slots.l %}{% for b in slots.l %}xx{% endfor %}{% endfor %}"
+                          ).render({"slots": {"l": list(range(400))}})
+    assert compile_speech("{% for a in slots.l %}{{ a }}{% endfor %}").render(
+        {"slots": {"l": [1, 2, 3]}}) == ("123", None)
 
 
 async def test_caps_are_settable_in_policies() -> None:

@@ -33,10 +33,33 @@ MAX_RANGE = 10_000  # items in one range()
 MAX_RANGE_TOTAL = 100_000  # range() items in one render (bounds nested loops over ranges)
 MAX_REPEAT = 64 * 1024  # characters (or items) a "*" repetition may produce
 MAX_POWER_BITS = 256  # an integer power may produce (about 77 digits)
+MAX_OUTPUT = 256 * 1024  # characters one render may print (bounds loops over data lists)
 
 
 class TemplateBoundError(OverflowError):
     """A template asked for more work than the sandbox allows (see the MAX_* bounds)."""
+
+
+def join_bounded(chunks: Any) -> str:
+    """The rendered chunks joined; stops as soon as they pass MAX_OUTPUT characters.
+
+    Loops over data (not ranges) are bounded only by the data, and nested ones multiply it:
+    stopping at the output bound ends the work too, since the render is a generator.
+    """
+    out: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise TemplateBoundError(
+                f"the template printed more than {MAX_OUTPUT} characters, the sandbox's limit")
+        out.append(chunk)
+    return "".join(out)
+
+
+def render_bounded(template: Any, scope: Mapping[str, Any]) -> str:
+    """``template.render(scope)`` under the output bound (see ``join_bounded``)."""
+    return join_bounded(template.root_render_func(template.new_context(dict(scope))))
 
 
 def _repeat_size(left: Any, right: Any) -> int | None:

@@ -28,6 +28,7 @@ from .sandbox import (
     is_literal,
     make_env,
     parse,
+    render_bounded,
 )
 
 
@@ -142,7 +143,7 @@ class ToolTemplate:
         if self._template is None:
             return self.text
         try:
-            return self._template.render(scope)
+            return render_bounded(self._template, scope)
         except _Missing as exc:
             raise TemplateRefusal(_refusal(exc.undefined, self._paths, scope)) from None
         except Exception as exc:  # any other failure is a refusal too, never a crash
