@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from superdialog_core import LogCorruptError
-from superdialog_core.events import Utterance
+from superdialog_core.events import Advance, Utterance
 
 from .sync import SpeechSync, message_text
 
@@ -118,7 +118,10 @@ class ReplyPlanner:
             if not exc.torn_tail:
                 raise  # damage mid-log: an error naming the line until repair() is called
             loaded = exc.prefix  # a torn last line: the runtime cuts it when it adopts the log
-        if loaded is not None and len(loaded) > 0 and not self._opened:
+        # A log cut before its first advance (the worker died during the start) is no call
+        # the caller heard: it is not resumed, the opening runs (the runtime re-runs its start).
+        started = loaded is not None and any(isinstance(e, Advance) for e in loaded)
+        if started and not self._opened:
             self.resumed = True
             await self._start_silently()  # adopts the stored log; says nothing
         return self.resumed

@@ -314,3 +314,28 @@ async def test_a_global_function_with_code_runs_in_its_own_step() -> None:
     assert logged == ["x"] and turn.ended and turn.outcome == "goodbye"
     text = "\n".join(str(p) for p in conversion.report)
     assert "a failed 'log_complaint' call stays at the step log_complaint__global" in text
+
+
+async def test_jinja_syntax_that_pipecat_reads_as_text_stays_text() -> None:
+    """pipecat fills only ``{{ key }}``: ``{%``, ``{#`` or an unclosed ``{{`` in a task or a
+    ``tts_say`` is plain text there, so the converted templates must keep it as text."""
+    said = "Press {# or say 10{% off, or {{ unclosed \U0001f355 {"
+    doc = {"initial_node": "start", "nodes": {
+        "start": {"task_messages": [{"role": "system",
+                                     "content": "Offer {{{ item }} at 10{% off {# not a comment"}],
+                  "pre_actions": [{"type": "tts_say", "text": said}],
+                  "functions": [{"name": "bye", "transition_only": True,
+                                 "description": "The caller is done.", "transition_to": "end"}]},
+        "end": {"task_messages": [{"role": "system", "content": "Say goodbye."}],
+                "pre_actions": [{"type": "end_conversation", "text": "Bye {% now"}]}}}
+    conversion = convert_flow_config(doc, name="jinja_text")
+    playbook = Playbook.from_yaml(conversion.to_yaml())
+    rt = Runtime(playbook, ScriptedDirector([{"advance": "main.end"}]),
+                 ScriptedTalker(["Sure.", "Ok."]), now=NOW)
+    opening = await rt.start()
+    assert opening.text == said
+    turn = await rt.user_turn("that's all")
+    await rt.wait_idle()
+    spoken = [e.text for e in rt.log if isinstance(e, ev.Utterance) and e.role == "assistant"]
+    assert "Bye {% now" in spoken, (turn, spoken)
+    assert rt.state.ended

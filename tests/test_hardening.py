@@ -30,9 +30,15 @@ from superdialog_core import (
 )
 from superdialog_core import events as ev
 from superdialog_core.lang.expr import evaluate
-from superdialog_core.lang.templates import TemplateRefusal, compile_speech, compile_tool_url
+from superdialog_core.lang.templates import (
+    TemplateRefusal,
+    compile_speech,
+    compile_tool_text,
+    compile_tool_url,
+)
 from superdialog_core.log.eventlog import EventLog, LogCorruptError, encode_line, seal, unseal
 from superdialog_core.log.sqlite_store import SQLiteStore
+from superdialog_core.log.state import ConversationState
 from superdialog_core.log.stores import LogStore, RepairReport
 from superdialog_core.roles import director as director_module
 from superdialog_core.roles import verdict_parse
@@ -215,6 +221,17 @@ def test_a_url_template_keeps_scheme_host_and_port_out_of_the_values() -> None:
             playbook(url_playbook(bad))
 
 
+def test_a_url_template_cannot_rebind_env_to_skip_the_encoding() -> None:
+    """``env`` values are used as written, so a name ``env`` bound in the template (set, a
+    loop variable, a macro argument) would carry a slot into the URL raw: a load error."""
+    for bad in ("http://h/v/{% set env = slots.who %}{{ env }}",
+                "http://h/v/{% for env in [slots.who] %}{{ env }}{% endfor %}",
+                "http://h/v/{% macro m(env) %}{{ env }}{% endmacro %}{{ m(slots.who) }}",
+                "http://h/v/{% with env = slots.who %}{{ env }}{% endwith %}"):
+        with pytest.raises(PlaybookError, match="binds the name env"):
+            playbook(url_playbook(bad))
+
+
 async def test_allow_hosts_entries_may_name_a_port() -> None:
     assert (await vet_url("http://127.0.0.1:8080/x", ["127.0.0.1:8080"])).port == 8080
     with pytest.raises(UrlRefused, match=r"127\.0\.0\.1:8081"):
@@ -333,6 +350,43 @@ def test_stored_values_are_bounded_with_a_clear_refusal() -> None:
     with pytest.raises(ValueTooLarge, match="65 digits is over the 64-digit limit"):
         clean_value({"n": 10**64})
     assert clean_value({"n": 10**64 - 1, "s": "x" * 65536})[1] == 0
+
+
+async def test_nan_and_infinity_are_refused_so_the_stored_log_matches_the_call(
+    tmp_path: Path,
+) -> None:
+    """JSON has no NaN or Infinity: stored, they become null, and the state folded from the
+    store would differ from the live call's. A value holding one is refused like an over-long one."""
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueTooLarge, match=r"value\.x\[0\]: .* not a finite number"):
+            clean_value({"x": [bad]})
+    text = """
+journeys:
+  main:
+    checkpoints:
+      - id: ask
+        slots:
+          extra: {type: object}
+        advance_when:
+          - {id: never, when: "slots.extra == 1", judge: expr, to: main.done}
+      - id: done
+        terminal: true
+"""
+    store = JsonlStore(tmp_path)
+    answer = '{"slots": {"extra": {"x": -Infinity, "y": NaN}}}'
+    rt = runtime(ScriptedDirector([answer, {"slots": {"extra": {"x": 1}}}]),
+                 playbook=playbook(text), python_tools={}, store=store, session_id="call-1")
+    await rt.start()
+    await rt.user_turn("one")
+    await rt.wait_idle()
+    assert rt.state.slots["extra"].value == {"x": 1}  # the retry's answer
+    (verdict,) = of(rt.log, ev.Verdict)
+    assert verdict.attempts == 2  # the first answer was refused and retried
+    stored = await store.load("call-1")
+    assert stored is not None
+    folded = ConversationState.fold(stored, rt.playbook)
+    assert {k: s.value for k, s in folded.slots.items()} == {
+        k: s.value for k, s in rt.state.slots.items()}
 
 
 # --- 5. resume from anything ---------------------------------------------------------------
@@ -543,6 +597,7 @@ def test_unique_of_dicts_is_linear() -> None:
 
 def test_templates_that_would_run_for_seconds_are_refused() -> None:
     for text in ("{{ 'a' * 10**8 }}", "{{ 2 ** 100000 }}", "{{ range(10**7) | list }}",
+                 "{{ 10.0 ** 400 }}",  # a float overflow: a load error, not a raw OverflowError
                  "{% for a in range(1000) %}{% for b in range(1000) %}.{% endfor %}{% endfor %}"):
         with pytest.raises(PlaybookError, match="too much work"):
             playbook(PLAYBOOK.replace("goal: Look the caller up", f"guidance: \"{text}\""))
@@ -553,6 +608,47 @@ def test_templates_that_would_run_for_seconds_are_refused() -> None:
         "{% for a in range(slots.n) %}{% for b in range(slots.n) %}{% endfor %}{% endfor %}ok"
     ).render({"slots": {"n": 9000}})
     assert detail is not None and "100000 limit" in detail
+
+
+def test_padding_in_format_strings_is_bounded_like_repetition() -> None:
+    """A width in a format string builds a string of that many characters: ``%`` (which
+    Jinja would even compute while compiling), ``str.format``, ``|format`` and ``|center``."""
+    for text in ("{{ '%90000000s' % 1 }}", "{{ '%.*f' % (90000000, 1) }}"):
+        with pytest.raises(PlaybookError, match="too much work"):
+            playbook(PLAYBOOK.replace("goal: Look the caller up", f"guidance: \"{text}\""))
+    for text in ("{{ '{:>90000000}'.format(slots.s) }}", "{{ '{:>{}}'.format(slots.s, slots.n) }}",
+                 "{{ '%*s' % (slots.n, slots.s) }}", "{{ '%90000000s' | format(slots.s) }}",
+                 "{{ slots.s | center(slots.n) }}"):
+        out, detail = compile_speech(text).render({"slots": {"s": "a", "n": 90_000_000}})
+        assert out == "" and detail is not None and "limit" in detail, (text, detail)
+    out, detail = compile_speech("{{ '%5.1f|{:>6}' % 2.25 }}|{{ '{:>4}'.format('ab') }}|"
+                                 "{{ 'x' | center(5) }}").render({})
+    assert detail is None and out == "  2.2|{:>6}|  ab|  x  "
+
+
+def test_loops_over_data_stop_at_the_output_bound() -> None:
+    """Nested loops over a list from the data are not ranges: what they print is bounded, so
+    a 400-item list in three nested loops (64 million lines) is cut at the bound, not built."""
+    from superdialog_core.lang.sandbox import MAX_OUTPUT
+
+    loops = "{% for a in slots.l %}{% for b in slots.l %}{% for c in slots.l %}x{% endfor %}" \
+            "{% endfor %}{% endfor %}"
+    printed: list[int] = []
+
+    class Counting(list):  # counts the items the loops walk (the work done)
+        def __iter__(self) -> Any:
+            for item in super().__iter__():
+                printed.append(1)
+                yield item
+
+    out, detail = compile_speech(loops).render({"slots": {"l": Counting(range(400))}})
+    assert out == "" and detail is not None and f"{MAX_OUTPUT}" in detail
+    assert len(printed) < 2 * MAX_OUTPUT
+    with pytest.raises(TemplateRefusal, match=f"{MAX_OUTPUT}"):
+        compile_tool_text("{% for a in slots.l %}{% for b in slots.l %}xx{% endfor %}{% endfor %}"
+                          ).render({"slots": {"l": list(range(400))}})
+    assert compile_speech("{% for a in slots.l %}{{ a }}{% endfor %}").render(
+        {"slots": {"l": [1, 2, 3]}}) == ("123", None)
 
 
 async def test_caps_are_settable_in_policies() -> None:

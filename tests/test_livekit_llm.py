@@ -239,6 +239,34 @@ async def test_resume_from_a_jsonl_log_does_not_replay_the_opening(
     assert sum(1 for e in log if isinstance(e, Utterance) and e.text.startswith("Welcome")) == 1
 
 
+async def test_a_log_cut_before_the_first_advance_speaks_the_opening(
+    playbook: Playbook, tmp_path: Path
+) -> None:
+    """A worker died during the start: the log has session_start and nothing the caller
+    heard. That call is not resumed; the opening is spoken (the runtime re-runs its start)."""
+    first = DialogMachineLLM(playbook, talker=TalkerLLM([]), director=DirectorLLM([]),
+                             store=JsonlStore(tmp_path), session_id="call-9")
+    async with _session(first) as session:
+        await session.start(DialogAgent(first, on_end="none"))
+        await _until(lambda: _messages(session))
+        await first.runtime.wait_idle()
+    path = JsonlStore(tmp_path).path("call-9")
+    path.write_bytes(path.read_bytes().split(b"\n", 1)[0] + b"\n")  # session_start only
+
+    second = DialogMachineLLM(playbook, talker=TalkerLLM(["Got it."]),
+                              director=DirectorLLM([{"slots": {"party_size": 3}}]),
+                              store=JsonlStore(tmp_path), session_id="call-9")
+    async with _session(second) as session:
+        await session.start(DialogAgent(second, on_end="none"))
+        await _until(lambda: _messages(session))
+        assert _messages(session) == [("assistant", "Welcome! How many are you?")]
+        assert not second.resumed
+        await second.runtime.wait_idle()
+    log = second.runtime.log
+    assert sum(1 for e in log if type(e).__name__ == "SessionStart") == 1  # the stored one, kept
+    assert [e.text for e in log if isinstance(e, Utterance)] == ["Welcome! How many are you?"]
+
+
 async def test_resume_cuts_a_torn_last_line_and_logs_it(playbook: Playbook, tmp_path: Path) -> None:
     first = DialogMachineLLM(playbook, talker=TalkerLLM(["Got it."]),
                              director=DirectorLLM([{"slots": {"party_size": 3}}]),

@@ -90,6 +90,22 @@ async def test_a_retried_append_is_acknowledged_once(store: RedisStore) -> None:
     assert [e.version for e in await store.load("call-1")] == [1, 2]
 
 
+async def test_a_retry_that_grew_while_waiting_stores_only_the_new_events(store: RedisStore) -> None:
+    """The runtime retries with ``log.since(persisted)``, which has grown during the backoff:
+    when the lost attempt was stored after all, the retry is that batch plus newer events. The
+    stored part is acknowledged and the rest appended (not a conflict that stops the writer)."""
+    log = EventLog()
+    first = events(log, "one", "two")
+    await store.append("call-1", first)  # stored, but the runtime never saw the reply
+    retry = [*first, *events(log, "three")]
+    await store.append("call-1", retry)
+    loaded = await store.load("call-1")
+    assert loaded is not None and loaded.to_jsonl() == log.to_jsonl()
+    other = EventLog(list(log)[:2])  # a batch that differs in the overlap is still a conflict
+    with pytest.raises(StoreConflict):
+        await store.append("call-1", [*first, *events(other, "not three"), *events(other, "x")])
+
+
 async def test_a_gap_is_refused_and_nothing_is_written(store: RedisStore) -> None:
     log = EventLog()
     batch = events(log, "one", "two", "three")

@@ -140,6 +140,23 @@ async def test_unparseable_output_is_retried_once_like_the_runtime() -> None:
     assert report.turns[0].replayed.verdict is not None
 
 
+async def test_the_playbook_s_verdict_cap_applies_as_in_the_runtime() -> None:
+    """An answer over ``policies.caps.verdict_bytes`` was refused by the call and retried:
+    replay refuses it too, so the retry takes the same next verdict and nothing drifts."""
+    playbook = changed_playbook(lambda doc: doc.setdefault("policies", {}).update(
+        caps={"verdict_bytes": 1024}))
+
+    def director() -> ScriptedDirector:
+        verdicts: list[Any] = load_script(CALL, "director")
+        verdicts.insert(0, '{"advance": "table.collect"}' + " " * 2000)  # over the 1 KiB cap
+        return ScriptedDirector(verdicts)
+
+    log = await logged_call(playbook, director())
+    report = await replay(log, playbook, director())
+    assert report.turns[0].logged.verdict is not None
+    assert [turn.drift for turn in report.turns] == [[]] * 5
+
+
 async def test_a_changed_playbook_drifts_and_the_log_is_named_as_older() -> None:
     log = await logged_call()
 

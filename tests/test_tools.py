@@ -633,7 +633,9 @@ async def test_slow_async_python_tool_times_out_and_odd_data_fails_clearly() -> 
         await asyncio.sleep(5)
 
     def odd(args: dict[str, Any]) -> Any:
-        return {1: float("inf"), "when": object}  # keys become strings, a class becomes its str
+        if args.get("inf"):
+            return {"n": float("inf")}  # JSON has no Infinity: refused, not stored as null
+        return {1: 1.5, "when": object}  # keys become strings, a class becomes its str
 
     playbook = booking_playbook(tools=[{"id": "slow", "type": "python", "timeout": 0},
                                        {"id": "odd", "type": "python"}])
@@ -643,7 +645,10 @@ async def test_slow_async_python_tool_times_out_and_odd_data_fails_clearly() -> 
     assert result is not None and result.error == "timeout after 0.1 s"  # clamped up from 0
     result = await runner.run_tool("odd", state=call.state, emit=call.emit)
     assert result is not None and result.ok
-    assert result.data == {"1": float("inf"), "when": str(object)}
+    assert result.data == {"1": 1.5, "when": str(object)}
+    result = await runner.run_tool("odd", args={"inf": True}, state=call.state, emit=call.emit)
+    assert result is not None and not result.ok and result.data is None
+    assert result.error is not None and "results.odd.n: inf is not a finite number" in result.error
 
 
 @pytest.mark.parametrize(

@@ -412,6 +412,14 @@ def _cp_id(name: str) -> str:
 
 
 _TEMPLATE = re.compile(r"(\\)?\{\{\s*([^{}]*?)\s*\}\}")
+_JINJA_OPEN = re.compile(r"\{[{%#]")
+
+
+def _literal(text: str) -> str:
+    """``text`` as it reads in a Jinja template (a string literal where it holds Jinja syntax)."""
+    if _JINJA_OPEN.search(text) or text.endswith("{"):  # "{" + "{{ x }}" would read "{{{"
+        return "{{ " + json.dumps(text, ensure_ascii=False) + " }}"
+    return text
 
 
 class _Converter:
@@ -484,7 +492,18 @@ class _Converter:
                           "declare a slot of that name, or write the value into the text")
             return expr
 
-        return _TEMPLATE.sub(swap, raw)
+        if not template:
+            return _TEMPLATE.sub(swap, raw)
+        # pipecat fills only {{ key }}: any other Jinja syntax between them ({%, {#, an
+        # unclosed {{) is plain text there, so it goes into the template as a string literal.
+        out: list[str] = []
+        at = 0
+        for match in _TEMPLATE.finditer(raw):
+            out.append(_literal(raw[at:match.start()]))
+            out.append(swap(match))
+            at = match.end()
+        out.append(_literal(raw[at:]))
+        return "".join(out)
 
     def tool(self, tool_id: str, path: str, *, stores: bool) -> None:
         spec = self.tools.setdefault(tool_id, {"id": tool_id, "type": "python"})

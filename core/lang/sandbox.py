@@ -10,6 +10,8 @@ nesting problem is a :class:`TemplateError`. :mod:`.templates` (speech) and
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Callable, Mapping
 from datetime import date, time
 from decimal import Decimal
@@ -31,10 +33,33 @@ MAX_RANGE = 10_000  # items in one range()
 MAX_RANGE_TOTAL = 100_000  # range() items in one render (bounds nested loops over ranges)
 MAX_REPEAT = 64 * 1024  # characters (or items) a "*" repetition may produce
 MAX_POWER_BITS = 256  # an integer power may produce (about 77 digits)
+MAX_OUTPUT = 256 * 1024  # characters one render may print (bounds loops over data lists)
 
 
 class TemplateBoundError(OverflowError):
     """A template asked for more work than the sandbox allows (see the MAX_* bounds)."""
+
+
+def join_bounded(chunks: Any) -> str:
+    """The rendered chunks joined; stops as soon as they pass MAX_OUTPUT characters.
+
+    Loops over data (not ranges) are bounded only by the data, and nested ones multiply it:
+    stopping at the output bound ends the work too, since the render is a generator.
+    """
+    out: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise TemplateBoundError(
+                f"the template printed more than {MAX_OUTPUT} characters, the sandbox's limit")
+        out.append(chunk)
+    return "".join(out)
+
+
+def render_bounded(template: Any, scope: Mapping[str, Any]) -> str:
+    """``template.render(scope)`` under the output bound (see ``join_bounded``)."""
+    return join_bounded(template.root_render_func(template.new_context(dict(scope))))
 
 
 def _repeat_size(left: Any, right: Any) -> int | None:
@@ -53,8 +78,57 @@ def _power_bits(base: Any, exponent: Any) -> int | None:
     return None
 
 
+# A printf-style conversion's width and precision (``%-10.3f``, ``%*s``, ``%(name)5s``).
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\d+|\*)?(?:\.(\d+|\*))?")
+
+
+def _too_wide(width: int) -> TemplateBoundError:
+    return TemplateBoundError(
+        f"a field width of {width} characters is over the sandbox's {MAX_REPEAT} limit")
+
+
+def _check_numbers(values: Any) -> None:
+    """Ints among the values of a format call that may serve as a width (``*`` or ``{}``)."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPEAT:
+            raise _too_wide(value)
+
+
+def _check_percent(fmt: str, args: Any) -> None:
+    """Refuse a ``%`` format whose widths would build more than MAX_REPEAT characters."""
+    star = False
+    for match in _PERCENT_SPEC.finditer(fmt):
+        for group in match.groups():
+            if group == "*":
+                star = True
+            elif group and int(group) > MAX_REPEAT:
+                raise _too_wide(int(group))
+    if star:
+        _check_numbers(args if isinstance(args, tuple) else (args,))
+
+
+def _check_format(fmt: str, args: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a ``str.format`` whose field widths would build more than MAX_REPEAT characters."""
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return  # a malformed format string: str.format itself refuses it
+    for _, _, spec, _ in fields:
+        if not spec:
+            continue
+        for digits in re.findall(r"\d+", spec):
+            if int(digits) > MAX_REPEAT:
+                raise _too_wide(int(digits))
+        if "{" in spec:  # a width from the arguments
+            values = [*args, *kwargs.values()]
+            values += [v for a in args if isinstance(a, Mapping) for v in a.values()]
+            _check_numbers(values)
+
+
 def _check_binop(operator: str, left: Any, right: Any) -> None:
-    if operator == "*":
+    if operator == "%" and isinstance(left, str):
+        _check_percent(left, right)
+    elif operator == "*":
         size = _repeat_size(left, right)
         if size is not None and size > MAX_REPEAT:
             raise TemplateBoundError(
@@ -87,8 +161,21 @@ class Environment(ImmutableSandboxedEnvironment):
     """Dict attributes read keys; with ``none_is_missing`` a null value counts as unset."""
 
     none_is_missing = False
-    # Repetition and powers are checked before they run (the sandbox's call_binop).
-    intercepted_binops = frozenset({"*", "**"})
+    # Repetition, powers and % formatting are checked before they run (the sandbox's
+    # call_binop; an intercepted operator is also never computed while compiling).
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        fmt = value.__self__
+
+        def checked(*args: Any, **kwargs: Any) -> str:
+            _check_format(fmt, args, kwargs)
+            return wrapped(*args, **kwargs)
+
+        return checked
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _check_binop(operator, left, right)
@@ -130,6 +217,22 @@ def _finalize(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not a value to print")
 
 
+def _bounded_format_filter(value: Any, *args: Any, **kwargs: Any) -> str:
+    """Jinja's ``format`` filter (``value % args``) with the widths bounded."""
+    if args and kwargs:
+        raise TypeError("the format filter takes positional or keyword arguments, not both")
+    values: Any = kwargs or args
+    _check_percent(str(value), values if kwargs else tuple(values))
+    return str(value) % (kwargs or args)
+
+
+def _bounded_center(value: Any, width: int = 80) -> str:
+    """Jinja's ``center`` filter with the width bounded."""
+    if isinstance(width, int) and width > MAX_REPEAT:
+        raise _too_wide(width)
+    return str(value).center(width)
+
+
 def make_env(undefined: type[Undefined], *, none_is_missing: bool) -> Environment:
     env = Environment(
         undefined=undefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize
@@ -138,6 +241,8 @@ def make_env(undefined: type[Undefined], *, none_is_missing: bool) -> Environmen
     for name in ("lipsum", "cycler", "joiner"):  # nothing a voice or a tool call needs
         del env.globals[name]
     env.globals["range"] = _bounded_range
+    env.filters["format"] = _bounded_format_filter
+    env.filters["center"] = _bounded_center
     env.filters.update(
         spoken_date=_in_language(spoken_date),
         spoken_time=_in_language(spoken_time),
@@ -204,15 +309,22 @@ def _const(node: nodes.Node) -> Any:
         if isinstance(value, int):
             return -value
         raise nodes.Impossible()
-    if isinstance(node, (nodes.Mul, nodes.Pow, nodes.Add)):
+    if isinstance(node, nodes.Tuple):
+        return tuple(_const(item) for item in node.items)
+    if isinstance(node, (nodes.Mul, nodes.Pow, nodes.Add, nodes.Mod)):
         left, right = _const(node.left), _const(node.right)
-        operator = {nodes.Mul: "*", nodes.Pow: "**", nodes.Add: "+"}[type(node)]
+        operator = {nodes.Mul: "*", nodes.Pow: "**", nodes.Add: "+", nodes.Mod: "%"}[type(node)]
         _check_binop(operator, left, right)
+        if operator == "%":
+            raise nodes.Impossible()  # checked only: its value is not needed here
         try:
             return {"*": lambda a, b: a * b, "**": lambda a, b: a**b,
                     "+": lambda a, b: a + b}[operator](left, right)
         except (TypeError, ValueError, ZeroDivisionError):
             raise nodes.Impossible() from None
+        except OverflowError:  # a float result out of range (10.0 ** 400)
+            raise TemplateBoundError(
+                f"{left!r} {operator} {right!r} is out of range for a number") from None
     raise nodes.Impossible()
 
 
@@ -231,7 +343,7 @@ def _literal_range(node: nodes.Node) -> int | None:
 def _check_literal_bounds(tree: nodes.Template) -> None:
     """Refuse at load what would break a sandbox bound whatever the data (SPEC §13)."""
     try:
-        for node in tree.find_all((nodes.Mul, nodes.Pow)):
+        for node in tree.find_all((nodes.Mul, nodes.Pow, nodes.Mod)):
             try:
                 _const(node)
             except nodes.Impossible:

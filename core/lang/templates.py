@@ -25,7 +25,15 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, nodes
 
-from .sandbox import TemplateError, compile_template, is_literal, make_env, parse
+from .sandbox import (
+    TemplateError,
+    compile_template,
+    is_literal,
+    join_bounded,
+    make_env,
+    parse,
+    render_bounded,
+)
 from .tool_templates import (
     TemplateRefusal,
     ToolBody,
@@ -76,7 +84,7 @@ class SpeechTemplate:
         if self._template is None:
             return self.text, None
         try:
-            return self._template.render(scope), None
+            return render_bounded(self._template, scope), None
         except Exception as exc:  # reported as a detail for one `degraded` event
             whole = f"speech template failed: {type(exc).__name__}: {exc}"
         detail: str | None = None
@@ -89,7 +97,7 @@ class SpeechTemplate:
                 line, template = piece
                 context = template.new_context(variables)
                 try:
-                    out.append("".join(template.root_render_func(context)))
+                    out.append(join_bounded(template.root_render_func(context)))
                 except Exception as exc:  # this part stays empty; the first failure is reported
                     detail = detail or (
                         f"speech template failed at line {line}: {type(exc).__name__}: {exc}"

@@ -29,6 +29,7 @@ from .sandbox import (
     is_literal,
     make_env,
     parse,
+    render_bounded,
 )
 
 
@@ -143,7 +144,7 @@ class ToolTemplate:
         if self._template is None:
             return self.text
         try:
-            return self._template.render(scope)
+            return render_bounded(self._template, scope)
         except _Missing as exc:
             raise TemplateRefusal(_refusal(exc.undefined, self._paths, scope)) from None
         except Exception as exc:  # any other failure is a refusal too, never a crash
@@ -198,6 +199,12 @@ class _Authority:
 
 def _wrap_url_values(tree: nodes.Template, text: str) -> None:
     """Encode every non-env output; refuse one before the end of the authority (load error)."""
+    for name in tree.find_all(nodes.Name):
+        if name.name == "env" and name.ctx in ("store", "param"):
+            # env.* is used as written: a template-made ``env`` would carry values in raw.
+            raise TemplateError(
+                f"tool url {text!r}: the template binds the name env (line {name.lineno}); "
+                "env means the playbook's env values here, so pick another name")
     authority = _Authority()
     done = False
 

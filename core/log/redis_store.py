@@ -8,7 +8,8 @@ batch only when the list ends exactly before the batch's first version, so two w
 both believe they own a call can never both append: the second gets ``StoreConflict`` and the
 stored log stays one contiguous history. A retried append whose reply was lost (the
 connection dropped after Redis ran the script) finds its own lines already there and is
-acknowledged again, not doubled and not reported as a conflict.
+acknowledged again, not doubled and not reported as a conflict; a retry that grew meanwhile
+(the runtime resends everything not acknowledged) appends only the events after them.
 
 Durability: an append is *acknowledged* when the script has returned; only acknowledged
 appends count as stored. They survive the worker (any crash, SIGKILL included) at once. They
@@ -63,22 +64,27 @@ _APPEND = """
 local base = tonumber(ARGV[1])
 local count = #ARGV - 4
 local n = redis.call('LLEN', KEYS[1])
+local i = 5
 if n ~= base then
   if n < base then
     return {'gap', n}
   end
-  if n >= base + count then
-    local stored = redis.call('LRANGE', KEYS[1], base, base + count - 1)
-    for i = 1, count do
-      if stored[i] ~= ARGV[i + 4] then
-        return {'conflict', n}
-      end
+  -- A retry whose earlier attempt was stored after all (its reply was lost): the stored
+  -- lines must be this batch's first ones; a retry that grew meanwhile appends the rest.
+  local overlap = math.min(n - base, count)
+  local stored = redis.call('LRANGE', KEYS[1], base, base + overlap - 1)
+  for k = 1, overlap do
+    if stored[k] ~= ARGV[k + 4] then
+      return {'conflict', n}
     end
+  end
+  if overlap == count then
     return {'again', n}
   end
-  return {'conflict', n}
+  i = 5 + overlap
+  n = base + overlap
+  count = count - overlap
 end
-local i = 5
 while i <= #ARGV do
   local j = math.min(i + 999, #ARGV)
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))

@@ -221,8 +221,9 @@ def logged_decisions(log: EventLog) -> tuple[dict[int, Decision], list[dict[str,
 
 
 async def _ask(director: DirectorModel, request: Any, timeout: float,
-               degrade: Any) -> tuple[dict[str, Any] | None, int]:
-    """The runtime's way of asking (``turnflow.TurnFlow._ask``): timeout, one retry."""
+               degrade: Any, cap: int) -> tuple[dict[str, Any] | None, int]:
+    """The runtime's way of asking (``turnflow.TurnFlow._ask``): timeout, one retry, the
+    playbook's verdict cap (``cap``: ``policies.caps.verdict_bytes``)."""
     from ..roles import director as prompting
     from ..roles.models import DirectorRequest
 
@@ -239,8 +240,10 @@ async def _ask(director: DirectorModel, request: Any, timeout: float,
             degrade(f"{type(exc).__name__}: {exc}")
             return None, attempt
         try:
-            return prompting.parse_verdict(raw), attempt
+            return prompting.parse_verdict(raw, cap=cap), attempt
         except prompting.VerdictError as exc:
+            if isinstance(exc, prompting.VerdictTooLarge):
+                degrade(f"verdict_over_cap: {exc.detail}")
             if attempt == 2:
                 degrade(f"unparseable verdict after one retry: {exc.detail}")
                 return None, attempt
@@ -290,7 +293,8 @@ async def replay_turn(log: EventLog, playbook: Playbook, director: DirectorModel
     def degrade(detail: str) -> None:
         emit(ev.Degraded(component="director", detail=detail))
 
-    verdict, attempts = await _ask(director, request, director_timeout, degrade)
+    verdict, attempts = await _ask(director, request, director_timeout, degrade,
+                                   playbook.policies.caps.verdict_bytes)
     applied: dict[str, Any] | None = None
     if verdict is not None:
         result = prompting.apply_verdict(

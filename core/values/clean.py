@@ -8,13 +8,15 @@ into the character it encodes) and says how many it replaced, so the boundary ca
 ``degraded`` event.
 
 Values that end up in events (slot values, verdicts, tool data, webhook payloads) are bounded:
-nesting depth 32, strings 64 KiB (UTF-8), integers 64 digits. ``clean_value`` checks the
+nesting depth 32, strings 64 KiB (UTF-8), integers 64 digits, floats finite (no NaN or
+Infinity, which JSON cannot hold). ``clean_value`` checks the
 bounds and cleans every string in one walk; a value over a bound raises ``ValueTooLarge``
 naming where and what the bound is.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,8 +82,14 @@ class _Walk:
             fixed, count = clean_text(value)
             self.replaced += count
             return fixed
-        if value is None or isinstance(value, (bool, float)):
+        if value is None or isinstance(value, bool):
             return value
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return value
+            # JSON has no NaN or Infinity: the store would write null, and a state folded
+            # from the stored log would differ from the live call's.
+            raise ValueTooLarge(where, f"{value!r} is not a finite number (JSON cannot hold it)")
         if isinstance(value, int):
             if -self.max_int < value < self.max_int:
                 return value
