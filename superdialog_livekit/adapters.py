@@ -147,6 +147,21 @@ def chat_context(messages: Sequence[dict[str, Any]],
     return ctx
 
 
+async def _check_local_server(model: Any, exc: BaseException | None = None) -> None:
+    """Raise ``LocalServerDied`` when ``model`` is served by a local server that has died.
+
+    ``local/...`` URIs attach the server (``model.local_server``); without ``exc`` this is the
+    check before a call (no request to a dead port), with it the check after a failed call
+    (the connection drops a moment before the exit status is in).
+    """
+    server = getattr(model, "local_server", None)
+    if server is None:
+        return
+    died = server.died() if exc is None else await server.died_after_error()
+    if died is not None:
+        raise died from exc
+
+
 class LiveKitTalker:
     """``TalkerModel`` over a LiveKit LLM: streams the text deltas of one completion."""
 
@@ -160,17 +175,22 @@ class LiveKitTalker:
         extra: dict[str, Any] = {}
         if hints is not None and hints.talker_max_tokens:
             extra["max_tokens"] = hints.talker_max_tokens
+        await _check_local_server(self.llm)
         stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
                                conn_options=_with_timeout(self.conn_options, hints),
                                **({"extra_kwargs": extra} if extra else {}))
         tally = current_usage.get()
-        # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
-        async with stream:
-            async for chunk in stream:
-                if chunk.usage is not None and tally is not None:
-                    tally.add(chunk.usage)
-                if chunk.delta is not None and chunk.delta.content:
-                    yield chunk.delta.content
+        try:
+            # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None and tally is not None:
+                        tally.add(chunk.usage)
+                    if chunk.delta is not None and chunk.delta.content:
+                        yield chunk.delta.content
+        except Exception as exc:
+            await _check_local_server(self.llm, exc)
+            raise
         if tally is not None:
             tally.segments += 1
 
@@ -201,6 +221,14 @@ class LiveKitDirector:
         self._messages: MessageCache = {}  # the last request's, reused by the next (see chat_context)
 
     async def decide(self, request: Any) -> dict[str, Any] | str:
+        await _check_local_server(self.llm)
+        try:
+            return await self._decide(request)
+        except Exception as exc:
+            await _check_local_server(self.llm, exc)
+            raise
+
+    async def _decide(self, request: Any) -> dict[str, Any] | str:
         tool_name = getattr(request, "tool_name", "record_verdict") or "record_verdict"
         hints = model_hints(self.llm)
         if hints is not None and hints.json_verdicts:
