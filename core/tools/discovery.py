@@ -155,10 +155,12 @@ def find_python_tools(
     """
     environ = os.environ if env is None else env
     searched: list[str] = []
+    if isinstance(explicit, PythonTools):
+        return explicit  # found already (a worker's prewarm): keep where it was looked for
     if explicit is not None:
         if isinstance(explicit, Mapping):
-            tools = explicit if isinstance(explicit, PythonTools) else _checked(explicit, explicit_name)
-            source = explicit.source if isinstance(explicit, PythonTools) else explicit_name
+            tools = _checked(explicit, explicit_name)
+            source = explicit_name
             searched.append(f"{explicit_name} (given: {_listing(tools)})")
         else:
             tools = load_tools_file(explicit, what=explicit_name)
