@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -34,7 +33,7 @@ import pytest
 from superdialog_core import JsonlStore, Playbook
 from superdialog_core.events import SessionEnd, ToolResult
 
-from tests.fake_openai_server import FakeOpenAIServer
+from tests.fake_openai_server import FakeOpenAIServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOK = ROOT / "playbooks" / "dental_booking.yaml"
@@ -48,37 +47,6 @@ def _portaudio() -> None:
         pytest.fail("console mode needs the PortAudio library: apt-get install -y libportaudio2")
     if shutil.which("setsid") is None:
         pytest.fail("these tests need setsid (util-linux) to give the worker a terminal")
-
-
-class ModelServer:
-    """``FakeOpenAIServer`` on its own event loop in a thread (the worker is another process)."""
-
-    def __init__(self, **script: Any) -> None:
-        self._script = script
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.server: FakeOpenAIServer | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with FakeOpenAIServer(**self._script) as server:
-            self.server = server
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> FakeOpenAIServer:
-        self._thread.start()
-        assert self._ready.wait(30), "the fake model server did not start"
-        assert self.server is not None
-        return self.server
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
 
 
 class Console:
@@ -190,7 +158,7 @@ def _wait_outcome(log_dir: Path, timeout: float) -> tuple[str | None, list[Any]]
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
 def test_console_text_mode_replies_and_stops_cleanly(console_env: dict[str, str], stop: str) -> None:
-    with ModelServer(talker=["Of course, happy to help."], director=[{}]) as models:
+    with FakeOpenAIServerThread(talker=["Of course, happy to help."], director=[{}]) as models:
         console_env["SUPERDIALOG_LLM_BASE_URL"] = models.base_url
         console = Console(console_env)
         try:
@@ -220,7 +188,7 @@ def test_the_worker_job_books_the_dental_call(console_env: dict[str, str], tmp_p
                    "time": "10:00", "reason": "checkup"}},
         {"confirm": ["patient_name", "phone", "day", "time"], "advance": "visit.book"},
     ]
-    with ModelServer(talker=talker, director=director) as models:
+    with FakeOpenAIServerThread(talker=talker, director=director) as models:
         console_env["SUPERDIALOG_LLM_BASE_URL"] = models.base_url
         console = Console(console_env)
         try:
@@ -245,7 +213,7 @@ def test_the_worker_job_books_the_dental_call(console_env: dict[str, str], tmp_p
     assert Playbook.load(PLAYBOOK).tools[0].id == "create_visit"  # the sidecar's tool, by id
 
 
-def test_the_job_passes_the_sidecar_tools_and_refuses_a_call_without_them(
+async def test_the_job_passes_the_sidecar_tools_and_refuses_a_call_without_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In process: ``prepare_call`` gets the sidecar's tools; without them the call is refused
