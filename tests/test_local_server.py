@@ -148,3 +148,19 @@ class _NoVerdict:
 
     async def decide(self, request: Any) -> dict[str, Any]:
         return {}
+
+
+@pytest.mark.local_model
+def test_a_real_llama_cpp_server_killed_mid_call_is_reported_with_its_log() -> None:
+    """The real llama.cpp server (SmolLM2): it passes the self-test, then SIGILL kills it."""
+    server = local.local_server("smollm2-135m", instance="sigill-test")
+    try:
+        assert server.running and server.died() is None
+        server.process.send_signal(signal.SIGILL)
+        assert server.wait_exit(10) == -signal.SIGILL
+        dead = [d for d in local.dead_servers() if d.server is server]
+        assert len(dead) == 1
+        assert "for sigill-test" in str(dead[0]) and "./setup.sh" in str(dead[0])
+        assert "llama" in dead[0].details().lower()  # the tail of llama.cpp's own log
+    finally:
+        server.stop()
