@@ -46,6 +46,7 @@ def model(tmp_path: Path) -> Iterator[Path]:
     for (model_path, _), server in list(local._servers.items()):
         if model_path == path.resolve():
             server.stop()
+            server.log_path.unlink(missing_ok=True)  # a dead server's log is kept: not here
 
 
 def test_exit_statuses_are_told_in_words_with_the_fix_for_sigill() -> None:
@@ -68,6 +69,7 @@ def test_the_one_token_self_test_catches_a_server_that_dies_on_its_first_complet
     details = died.details()
     assert "completion request 1" in details and "dying with SIGILL" in details, details
     assert died.server.log_path.is_file()  # the log that explains it is kept
+    died.server.log_path.unlink()
     # Nothing half-started is left for a later call to reuse.
     assert (model.resolve(), "talker") not in local._servers
 
@@ -164,3 +166,4 @@ def test_a_real_llama_cpp_server_killed_mid_call_is_reported_with_its_log() -> N
         assert "llama" in dead[0].details().lower()  # the tail of llama.cpp's own log
     finally:
         server.stop()
+        server.log_path.unlink(missing_ok=True)
