@@ -12,11 +12,13 @@ Environment:
                             (the TTL is policies.log_retention_days)
   SUPERDIALOG_AGENT_NAME    agent name for explicit dispatch (default: automatic dispatch)
   SUPERDIALOG_CALL_START    call-start values for local runs (JSON; the dispatch wins)
+  SUPERDIALOG_TOOLS         the playbook's python tools: module:attr or a .py file defining
+                            TOOLS (default: <playbook>_tools.py next to the playbook)
   LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET   the LiveKit server
 
 Per job: the call's values come from the SIP participant and the dispatch metadata; a call that
-cannot start (bad call-start values, unset ${VARS}) is refused before the greeting: a phone
-caller hears ``policies.start_failure_line`` and the call is hung up.
+cannot start (bad call-start values, unset ${VARS}, python tools not found) is refused before
+the greeting: a phone caller hears ``policies.start_failure_line`` and the call is hung up.
 
 The call's session id (its log's name) is stable per call: the dispatch's ``call.session_id``
 when given, else the room name. A job re-dispatched to another worker (the first one died)
@@ -43,8 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from livekit.agents import Agent, AgentServer, AgentSession, JobContext, JobProcess, cli
+
+# LiveKit plugins register themselves on import, which must happen on the main thread: here,
+# as the module loads, not in prewarm (``console`` runs prewarm and the job in a thread).
+from livekit.plugins import openai, silero
 from superdialog_core import Playbook
 from superdialog_core.errors import CallStartError, ConfigError
+from superdialog_core.tools.discovery import PythonTools, find_python_tools
 
 from superdialog_livekit import DialogAgent, DialogMachineLLM, call_start_from_job
 from superdialog_livekit.call import call_values_from_job, is_sip_participant
@@ -60,6 +67,15 @@ TURN_HANDLING: dict[str, Any] = {"preemptive_generation": {"enabled": False}}
 def load_playbook(env: Mapping[str, str] = os.environ) -> Playbook:
     """The playbook named by ``$PLAYBOOK`` (validated; raises PlaybookError with every problem)."""
     return Playbook.load(env.get("PLAYBOOK") or DEFAULT_PLAYBOOK)
+
+
+def load_python_tools(playbook: Playbook, env: Mapping[str, str] = os.environ) -> PythonTools:
+    """The playbook's python tools: ``$SUPERDIALOG_TOOLS``, else its sidecar ``<playbook>_tools.py``
+    (the lookup ``chat`` and ``DialogMachineLLM`` use; ConfigError when a file cannot load)."""
+    tools = find_python_tools(playbook.source_path, env=env)
+    if tools.source is not None:
+        logger.info("python tools from %s: %s", tools.source, ", ".join(sorted(tools)) or "none")
+    return tools
 
 
 def log_store(env: Mapping[str, str] = os.environ, playbook: Playbook | None = None) -> Any:
@@ -122,14 +138,14 @@ def purge_expired_logs(playbook: Playbook, store: Any) -> threading.Thread | Non
 
 
 def prewarm(proc: JobProcess) -> None:
-    """Once per job process: the VAD, the validated playbook, the value parsers, and the
-    log retention (``policies.log_retention_days``, in a background thread)."""
-    from livekit.plugins import silero
+    """Once per job process: the VAD, the validated playbook and its python tools, the value
+    parsers, and the log retention (``policies.log_retention_days``, in a background thread)."""
     from superdialog_core.turn.startup import language_of
     from superdialog_core.values.coerce import warm_up
 
     playbook = load_playbook()
     proc.userdata["playbook"] = playbook
+    proc.userdata["python_tools"] = load_python_tools(playbook)
     purge_expired_logs(playbook, log_store(playbook=playbook))
     proc.userdata["vad"] = silero.VAD.load()
     warm_up(language_of(playbook))
@@ -194,32 +210,36 @@ async def room_session_id(ctx: Any, store: Any) -> str | None:
 
 def build_dialog(playbook: Playbook, *, call_start: Mapping[str, Any] | None,
                  call: Mapping[str, Any] | None, env: Mapping[str, str] = os.environ,
-                 store: Any = None, session_id: str | None = None) -> DialogMachineLLM:
+                 store: Any = None, session_id: str | None = None,
+                 python_tools: Mapping[str, Any] | None = None) -> DialogMachineLLM:
     """The call's DialogMachineLLM from the model URIs in ``env`` (ConfigError on a bad URI).
 
     ``session_id`` names the call's log (``call_session_id``); a stored log of that id resumes.
+    ``python_tools`` defaults to ``load_python_tools`` (the job process loads them in prewarm).
     """
     talker = env.get("TALKER_MODEL") or DEFAULT_TALKER
     director = env.get("DIRECTOR_MODEL") or None
     if store is None:
         store = log_store(env, playbook)
+    if python_tools is None:
+        python_tools = load_python_tools(playbook, env)
     return DialogMachineLLM(
         playbook, talker=talker, director=director, call_start=call_start, call=call,
         store=store, session_id=session_id, base_url=env.get("SUPERDIALOG_LLM_BASE_URL") or None,
+        python_tools=python_tools,
     )
 
 
 def build_session(dialog: DialogMachineLLM, *, vad: Any) -> AgentSession:
     """The per-call AgentSession: OpenAI STT/TTS, the given VAD, the playbook as the LLM."""
-    from livekit.plugins import openai
-
     return AgentSession(stt=openai.STT(), tts=openai.TTS(), vad=vad, llm=dialog,
                         turn_handling=TURN_HANDLING)
 
 
 def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
                  env: Mapping[str, str] = os.environ, *, session_id: str | None = None,
-                 store: Any = None) -> DialogMachineLLM:
+                 store: Any = None, python_tools: Mapping[str, Any] | None = None,
+                 ) -> DialogMachineLLM:
     """Read call values and call-start values and build the call's runtime.
 
     The session id is the dispatch's ``call.session_id``, else ``session_id`` (the entrypoint
@@ -231,7 +251,8 @@ def prepare_call(ctx: JobContext, playbook: Playbook, participant: Any = None,
     given = call.get("session_id")
     dialog = build_dialog(playbook, call_start=call_start, call=call, env=env, store=store,
                           session_id=safe_session_id(str(given)) if given
-                          else session_id or call_session_id(ctx, call))
+                          else session_id or call_session_id(ctx, call),
+                          python_tools=python_tools)
     _ = dialog.runtime  # builds the runtime now: unset ${VARS} or bad values fail here
     return dialog
 
@@ -246,8 +267,6 @@ async def refuse_call(ctx: JobContext, playbook: Playbook, *, vad: Any, phone: b
         ctx.shutdown(reason="call refused: call-start values or configuration invalid")
         return
     if session is None:
-        from livekit.plugins import openai
-
         session = AgentSession(tts=openai.TTS(), vad=vad)
         await session.start(Agent(instructions=""), room=ctx.room)
     handle = session.say(playbook.policies.start_failure_line, allow_interruptions=False)
@@ -263,6 +282,7 @@ async def entrypoint(ctx: JobContext) -> None:
         playbook = load_playbook()
         purge_expired_logs(playbook, log_store(playbook=playbook))
     vad = ctx.proc.userdata.get("vad")
+    python_tools = ctx.proc.userdata.get("python_tools")
     await ctx.connect()
     participant = await ctx.wait_for_participant()
     store = ctx.proc.userdata.get("store")
@@ -276,7 +296,8 @@ async def entrypoint(ctx: JobContext) -> None:
         return
     session_id = await room_session_id(ctx, store)
     try:
-        dialog = prepare_call(ctx, playbook, participant, session_id=session_id, store=store)
+        dialog = prepare_call(ctx, playbook, participant, session_id=session_id, store=store,
+                              python_tools=python_tools)
     except (CallStartError, ConfigError) as exc:
         logger.error("call refused before the greeting:\n%s", exc)
         await refuse_call(ctx, playbook, vad=vad, phone=is_sip_participant(participant))

@@ -180,6 +180,19 @@ def _function_items(message: dict[str, Any]) -> list[llm.ChatItem]:
     return [llm.FunctionCall(call_id=str(call["id"]), name=str(call["name"]),
                              arguments=str(call.get("arguments") or "{}"))
             for call in message.get("tool_calls", [])]
+async def _check_local_server(model: Any, exc: BaseException | None = None) -> None:
+    """Raise ``LocalServerDied`` when ``model`` is served by a local server that has died.
+
+    ``local/...`` URIs attach the server (``model.local_server``); without ``exc`` this is the
+    check before a call (no request to a dead port), with it the check after a failed call
+    (the connection drops a moment before the exit status is in).
+    """
+    server = getattr(model, "local_server", None)
+    if server is None:
+        return
+    died = server.died() if exc is None else await server.died_after_error()
+    if died is not None:
+        raise died from exc
 
 
 class LiveKitTalker:
@@ -203,24 +216,29 @@ class LiveKitTalker:
             options["tools"] = offered.tools
             if utils.is_given(offered.tool_choice):
                 options["tool_choice"] = offered.tool_choice
+        await _check_local_server(self.llm)
         stream = self.llm.chat(chat_ctx=chat_context(request.messages, self._messages),
                                conn_options=_with_timeout(self.conn_options, hints), **options)
         tally = current_usage.get()
-        # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
-        async with stream:
-            async for chunk in stream:
-                if chunk.usage is not None and tally is not None:
-                    tally.add(chunk.usage)
-                delta = chunk.delta
-                if delta is not None:
-                    if delta.content:
-                        yield delta.content
-                    if delta.tool_calls and offered is not None:
-                        for call in delta.tool_calls:
-                            offered.send(call)  # to LiveKit first: it runs the tool
-                            offered.calls += 1
-                            yield TalkerToolCall(call_id=call.call_id, name=call.name,
-                                                 arguments=call.arguments or "{}")
+        try:
+            # async with: a cancelled consumer (barge-in) closes the HTTP stream at once.
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None and tally is not None:
+                        tally.add(chunk.usage)
+                    delta = chunk.delta
+                    if delta is not None:
+                        if delta.content:
+                            yield delta.content
+                        if delta.tool_calls and offered is not None:
+                            for call in delta.tool_calls:
+                                offered.send(call)  # to LiveKit first: it runs the tool
+                                offered.calls += 1
+                                yield TalkerToolCall(call_id=call.call_id, name=call.name,
+                                                     arguments=call.arguments or "{}")
+        except Exception as exc:
+            await _check_local_server(self.llm, exc)
+            raise
         if tally is not None:
             tally.segments += 1
 
@@ -254,6 +272,14 @@ class LiveKitDirector:
         self._messages: MessageCache = {}  # the last request's, reused by the next (see chat_context)
 
     async def decide(self, request: Any) -> dict[str, Any] | str:
+        await _check_local_server(self.llm)
+        try:
+            return await self._decide(request)
+        except Exception as exc:
+            await _check_local_server(self.llm, exc)
+            raise
+
+    async def _decide(self, request: Any) -> dict[str, Any] | str:
         tool_name = getattr(request, "tool_name", "record_verdict") or "record_verdict"
         hints = model_hints(self.llm)
         if hints is not None and hints.json_verdicts:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import sys
@@ -104,24 +103,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 # --- chat ---------------------------------------------------------------------------------
 
 
-def _load_python_tools(path: Path) -> dict[str, Any]:
-    """Load ``TOOLS = {id: callable}`` from a Python file (the user's own code)."""
-    spec = importlib.util.spec_from_file_location(f"superdialog_tools_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load python tools from {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    tools = getattr(module, "TOOLS", None)
-    if not isinstance(tools, dict):
-        raise SystemExit(f"{path} must define TOOLS = {{tool_id: callable, ...}}")
-    return tools
-
-
-def _sidecar_tools(playbook_path: Path) -> Path | None:
-    candidate = playbook_path.with_name(playbook_path.stem + "_tools.py")
-    return candidate if candidate.is_file() else None
-
-
 def _describe(event: Any) -> str | None:
     """One line for an event worth showing beside a reply, or None."""
     kind = type(event).__name__
@@ -161,10 +142,16 @@ async def _chat(args: argparse.Namespace) -> int:
     except PlaybookError as exc:
         err.print(str(exc), markup=False)
         return 1
-    tools_path = Path(args.tools) if args.tools else _sidecar_tools(playbook_path)
-    python_tools = _load_python_tools(tools_path) if tools_path else None
-    if tools_path:
-        err.print(f"python tools from {tools_path}: {', '.join(python_tools or {})}", markup=False)
+    from superdialog_core.tools.discovery import find_python_tools
+
+    try:  # --tools, else $SUPERDIALOG_TOOLS, else the sidecar <playbook>_tools.py
+        python_tools = find_python_tools(playbook_path, args.tools, explicit_name="--tools")
+    except ConfigError as exc:
+        err.print(str(exc), markup=False)
+        return 1
+    if python_tools.source is not None:
+        err.print(f"python tools from {python_tools.source}: {', '.join(python_tools) or 'none'}",
+                  markup=False)
     call_start = json.loads(args.call_start) if args.call_start else None
     talker = args.talker or os.environ.get("TALKER_MODEL") or DEFAULT_MODEL
     director = args.director or os.environ.get("DIRECTOR_MODEL") or talker
@@ -173,9 +160,13 @@ async def _chat(args: argparse.Namespace) -> int:
     if timeout is None:
         # A local model on a busy CPU needs several seconds for its first (uncached) prompt.
         timeout = LOCAL_DIRECTOR_TIMEOUT if _is_local(talker) or _is_local(director) else 8.0
-    if _is_local(talker) or _is_local(director):
+    uses_local = _is_local(talker) or _is_local(director)
+    if uses_local:
         err.print("starting the local model server(s)...", markup=False)
-        _prestart_local({"talker": talker, "director": director})
+        failed = _prestart_local({"talker": talker, "director": director})
+        if failed is not None:
+            err.print(failed, markup=False)
+            return 1
     try:
         llm = DialogMachineLLM(
             playbook, talker=talker, director=director, python_tools=python_tools,
@@ -199,9 +190,18 @@ async def _chat(args: argparse.Namespace) -> int:
         out.print(table)
 
     # Text only: no VAD or turn detector, and no "are you still there?" while the user types.
+    def server_died() -> bool:
+        """A local model server died: say why and stop (its role would only say "sorry")."""
+        dead = _dead_local_servers() if uses_local else []
+        for failure in dead:
+            err.print(f"error: {failure.details()}", markup=False)
+        return bool(dead)
+
     async with AgentSession(llm=llm, vad=None, turn_handling={"turn_detection": None},
                             user_away_timeout=None) as session:
         opening = await session.start(DialogAgent(llm), capture_run=True)
+        if server_died():
+            return 1
         show(_reply_text(opening))
         while not llm.runtime.state.ended:
             if interactive:
@@ -217,12 +217,21 @@ async def _chat(args: argparse.Namespace) -> int:
                 out.print(f"[bold]you:[/bold] {line}", markup=True)
             if not line.strip():
                 continue
-            result = await session.run(user_input=line)
+            try:
+                result = await session.run(user_input=line)
+            except Exception:
+                if server_died():
+                    return 1
+                raise
             # The Director decides beside the reply; wait for it so the row shows this turn's
             # slots and advances rather than the next one's.
             await _settle(llm)
+            if server_died():
+                return 1
             show(_reply_text(result))
         await _settle(llm)
+        if server_died():
+            return 1
         if len(llm.runtime.log) > shown:
             show("(after the last reply)", who="later:")
     state = llm.runtime.state
@@ -240,25 +249,39 @@ async def _settle(llm: Any, timeout: float = 120.0) -> None:
         await asyncio.wait_for(llm.runtime.wait_idle(), timeout)
 
 
-def _prestart_local(uris: dict[str, str]) -> None:
+def _prestart_local(uris: dict[str, str]) -> str | None:
     """Start the local servers of both roles side by side (DialogMachineLLM then reuses them).
 
-    Failures are left for DialogMachineLLM, which reports them as a ConfigError with the fix.
+    Returns what to print when one cannot start (its cause and, for a server that died, the
+    last lines of its log), else None.
     """
     try:
         from concurrent.futures import ThreadPoolExecutor
 
-        from .local import local_server
+        from .local import LocalModelError, LocalServerDied, local_server
     except ImportError:
-        return
+        return None
     jobs = [(uri.strip()[len("local/"):], role) for role, uri in uris.items() if _is_local(uri)]
 
-    def start(job: tuple[str, str]) -> None:
-        with contextlib.suppress(Exception):
+    def start(job: tuple[str, str]) -> str | None:
+        try:
             local_server(job[0], instance=job[1])
+        except LocalServerDied as exc:
+            return f"error: {exc.details()}"
+        except LocalModelError as exc:  # no extra, no such model, or the server did not come up
+            return f"error: the local model for the {job[1]}: {exc}"
+        return None
 
     with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
-        list(pool.map(start, jobs))
+        failures = [f for f in pool.map(start, jobs) if f]
+    return "\n".join(failures) if failures else None
+
+
+def _dead_local_servers() -> list[Any]:
+    """``LocalServerDied`` for every local model server of this process that died."""
+    from .local import dead_servers
+
+    return dead_servers()
 
 
 def _is_local(uri: Any) -> bool:
@@ -477,8 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--director-timeout", type=float, default=None,
                    help="seconds to wait for a verdict (default 8; 60 with a local/ model)")
     p.add_argument("--call-start", help="call-start values as JSON, e.g. '{\"clinic_id\": \"c1\"}'")
-    p.add_argument("--tools", help="Python file defining TOOLS = {id: callable} "
-                   "(default: <playbook>_tools.py next to the playbook, if present)")
+    p.add_argument("--tools", help="Python file defining TOOLS = {id: callable} (default: "
+                   "$SUPERDIALOG_TOOLS, else <playbook>_tools.py next to the playbook)")
     p.set_defaults(func=_cmd_chat)
     _add_tool_parsers(sub)
     return parser

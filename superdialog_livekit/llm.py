@@ -91,6 +91,20 @@ async def _until_committed(handle: Any) -> None:
         await asyncio.sleep(0.005)  # SpeechHandle has no public "scheduled" future
 
 
+def _python_tools(playbook: Playbook, given: Mapping[str, Any] | None) -> Any:
+    """``given``, else the tools ``$SUPERDIALOG_TOOLS`` or the playbook's sidecar file define.
+
+    The same lookup as ``chat`` and ``worker.py`` (``superdialog_core.tools.discovery``); the
+    result remembers where it looked, so the runtime's refusal of a missing tool can say so.
+    """
+    from superdialog_core.tools.discovery import find_python_tools
+
+    found = find_python_tools(playbook.source_path, given)
+    if given is None and found.source is not None:
+        logger.info("python tools from %s: %s", found.source, ", ".join(sorted(found)) or "none")
+    return found
+
+
 def _as_model(model: Any, *, role: str, base_url: str | None) -> Any:
     """A LiveKit LLM or URI wrapped for the engine; an engine model (``.speak``/``.decide``) as is."""
     if role == "talker" and hasattr(model, "speak") and not isinstance(model, llm.LLM):
@@ -148,6 +162,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
                              "'raise' lets a FallbackAdapter around this LLM take over")
         self.on_talker_error = on_talker_error
         self._playbook = playbook if isinstance(playbook, Playbook) else Playbook.load(playbook)
+        python_tools = _python_tools(self._playbook, python_tools)
         talker_model = _as_model(talker, role="talker", base_url=base_url)
         director_model = (
             talker_model if director is None and isinstance(talker_model, llm.LLM)
@@ -281,13 +296,15 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
     def _check_start_values(self) -> None:
         """Refuse at construction what the runtime would refuse at the first reply.
 
-        Unset ``${VARS}`` (ConfigError), unknown call.* names and call-start values that do not
-        fit (CallStartError), each listing every problem, before the caller hears anything.
+        Unset ``${VARS}`` and python tools with no implementation (ConfigError), unknown call.*
+        names and call-start values that do not fit (CallStartError), each listing every
+        problem, before the caller hears anything.
         """
         from superdialog_core.turn.startup import (
             anchor_time,
             check_call_start,
             check_call_values,
+            check_python_tools,
             language_of,
             phone_region,
             resolve_env,
@@ -295,6 +312,7 @@ class DialogMachineLLM(llm.LLM[Literal["superdialog_event"]]):
         from superdialog_core.values.coerce import ValueContext
 
         resolve_env(self._playbook)
+        check_python_tools(self._playbook, self._options["python_tools"])
         call = check_call_values({k: v for k, v in self._call.items() if k != "session_id"}, "-")
         if self._call_start:
             ctx = ValueContext(now=anchor_time(self._playbook, self._options["now"]),

@@ -56,18 +56,20 @@ def _openai_llm(model: str, *, base_url: str | None, api_key: str | None) -> llm
 def _local_llm(uri: str, name: str, role: str | None = None) -> llm.LLM:
     """``local/<name>``: the llama.cpp server of ``superdialog_livekit.local`` (the ``local`` extra).
 
-    Starting the server blocks until it answers (call it at load, e.g. in a worker's prewarm).
-    Any failure (llama-cpp-python or the model package missing, server not ready) is a
-    ConfigError that says which extra to install.
+    Starting the server blocks until it answers and passed a one-token self-test (call it at
+    load, e.g. in a worker's prewarm). Any failure (llama-cpp-python or the model package
+    missing, server not ready, server died) is a ConfigError that says the cause and the fix.
     """
     try:
-        from superdialog_livekit.local import LocalModelError, local_server
+        from superdialog_livekit.local import LocalModelError, LocalServerDied, local_server
     except ImportError as exc:
         raise _problem(uri, "local models need the 'local' extra",
                        "pip install 'superdialog-livekit[local]'") from exc
     try:
         # One server per role (talker, director): each keeps its own prompt prefix cached.
         server = local_server(name, instance=role if role in ("talker", "director") else "")
+    except LocalServerDied as exc:  # it started, then died (its self-test): the cause and fix
+        raise ConfigError([Problem(f"model URI {uri!r}", exc.details())]) from exc
     except LocalModelError as exc:
         if "'local' extra" not in str(exc):  # a missing file or an unknown name: not the extra
             raise _problem(uri, str(exc), "write local/smollm2-135m or local/<path to a .gguf "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -217,5 +218,37 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 
 Responder = Callable[[dict[str, Any]], Any]
 
-__all__ = ["CallTool", "FakeOpenAIServer", "RawToolArguments", "is_director_request",
-           "tool_names"]
+__all__ = ["CallTool", "FakeOpenAIServer", "FakeOpenAIServerThread", "RawToolArguments",
+           "is_director_request", "tool_names"]
+
+
+class FakeOpenAIServerThread:
+    """A ``FakeOpenAIServer`` on its own event loop in a thread, for a client in another process
+    (a worker, a CLI): ``with FakeOpenAIServerThread(talker=[...]) as server: ...``."""
+
+    def __init__(self, **script: Any) -> None:
+        self._script = script
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.server: FakeOpenAIServer | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with FakeOpenAIServer(**self._script) as server:
+            self.server = server
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        assert self._ready.wait(30), "the fake model server did not start"
+        assert self.server is not None
+        return self.server
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)

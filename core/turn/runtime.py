@@ -55,6 +55,7 @@ from .startup import (
     check_call_start,
     check_call_values,
     check_options,
+    check_python_tools,
     language_of,
     phone_region,
     resolve_env,
@@ -176,14 +177,10 @@ class Runtime:
         self.log = EventLog()
         self.state = ConversationState(playbook)
         self._sink: list[Event] | None = None
+        check_python_tools(playbook, python_tools)
         self._runner = ToolRunner(playbook, env=self._env, http_client=http_client,
                                   python_tools=python_tools)
         trace_tools(self._runner, self._tracing)
-        missing = [t.id for t in playbook.tools
-                   if t.type == "python" and t.id not in (python_tools or {})]
-        if missing:  # each call of one will fail its step; say so once, at the start
-            logger.warning("python tools not registered (pass python_tools={...}): %s",
-                           ", ".join(missing))
         self._progress = Progress(playbook, self.state, self._emit, self._runner, self._env)
         self._speaker = Speaker(playbook, self.state, self._emit, self._tracing.talker(talker),
                                 self._progress, token_budget=token_budget,

@@ -231,6 +231,35 @@ def check_options(
     return problems
 
 
+def check_python_tools(playbook: Playbook, python_tools: Mapping[str, Any] | None) -> None:
+    """Refuse a playbook whose ``type: python`` tools have no implementation (``ConfigError``).
+
+    One problem per missing tool, each saying where the tools were looked for: a
+    ``PythonTools`` (``tools.discovery``) knows every place searched; a plain mapping was given
+    as ``python_tools=``. A call that cannot finish never starts.
+    """
+    from ..tools.discovery import ENV_VAR, PythonTools
+
+    given = python_tools or {}
+    missing = [(i, t.id) for i, t in enumerate(playbook.tools)
+               if t.type == "python" and t.id not in given]
+    if not missing:
+        return
+    if isinstance(python_tools, PythonTools):
+        searched = list(python_tools.searched)
+    elif python_tools:
+        searched = [f"python_tools= (given: {', '.join(sorted(given))})"]
+    else:
+        searched = ["python_tools= (not given)"]
+    where = "looked in " + "; ".join(searched)
+    fix = (f"register it by id: python_tools={{...}}, chat --tools FILE, ${ENV_VAR}=module:attr, "
+           "or TOOLS = {...} in <playbook>_tools.py next to the playbook")
+    raise ConfigError([
+        Problem(f"tools[{index}]", f"python tool {tool_id!r} has no implementation ({where})", fix)
+        for index, tool_id in missing
+    ])
+
+
 _HASHES: dict[int, tuple[Playbook, str]] = {}
 
 
@@ -273,6 +302,7 @@ __all__ = [
     "check_call_start",
     "check_call_values",
     "check_options",
+    "check_python_tools",
     "language_of",
     "phone_region",
     "playbook_hash",
