@@ -20,7 +20,22 @@ from .context import SlotTypeSpec, ValueContext, ValueRefused, short_text, zone
 
 log = logging.getLogger(__name__)
 
-_ORDERS = ("DMY", "MDY", "YMD")  # a reading is accepted only when every order agrees
+_ORDERS = ("DMY", "MDY", "YMD")  # without a region, a reading must agree under every order
+# Where the day/month order of "03/12" is month first or year first (CLDR short date forms);
+# everywhere else it is day first. Canada writes both, so it stays ambiguous.
+_MONTH_FIRST = frozenset({"US", "PR", "GU", "VI", "AS", "MP", "UM", "PH", "FM", "MH", "PW"})
+_YEAR_FIRST = frozenset({"CN", "JP", "KR", "KP", "TW", "HU", "LT", "MN", "IR"})
+_BOTH = frozenset({"CA"})
+
+
+def region_order(region: str | None) -> str | None:
+    """The day/month/year order numeric dates are read in for a region, or None (unknown)."""
+    if not region or region.upper() in _BOTH:
+        return None
+    region = region.upper()
+    if region in _MONTH_FIRST:
+        return "MDY"
+    return "YMD" if region in _YEAR_FIRST else "DMY"
 
 
 @lru_cache(maxsize=16)
@@ -74,6 +89,11 @@ def _consensus(key: str, text: str, ctx: ValueContext, ask: str) -> tuple[dateti
     # Year-first only matters for all-digit forms; with a month name it reads "30 November" as
     # November 2030 and would make every such day look ambiguous.
     orders = _ORDERS if not any(ch.isalpha() for ch in phrase) else _ORDERS[:2]
+    local = region_order(ctx.phone_region)
+    if local is not None:
+        # The call's region says how "12/07/1951" reads (SPEC §4.1): day first in GB; a
+        # leading four-digit year reads year first anywhere
+        orders = ("YMD",) if re.match(r"\d{4}\D", phrase) else (local,)
     readings = [dateparse(phrase, ctx, order) for order in orders]
     if any(when is None for when, _ in readings):
         raise ValueRefused(key, f"that is not a specific day or time; {ask}")
@@ -122,6 +142,21 @@ def _offset_phrase(text: str) -> str:
     return f"in {n * 7 if match['unit'].lower() == 'week' else n} days"
 
 
+_BARE_DAY = re.compile(r"(?:on\s+)?(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)?", re.IGNORECASE)
+
+
+def _bare_day_ahead(text: str, day: date, today: date) -> date:
+    """ "the 2nd" said on 30 November means 2 December: dateparser keeps the current month
+    even when that day has passed (its future preference does not cover a bare day)."""
+    if day >= today or _BARE_DAY.fullmatch(text.strip()) is None:
+        return day
+    year, month = (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
+    try:
+        return day.replace(year=year, month=month)
+    except ValueError:  # the 31st in a 30-day month: not a day that exists next month
+        return day
+
+
 def _iso_date(text: str) -> date | None:
     if len(text) == 10 and text[4] == "-" and text[7] == "-":
         return date.fromisoformat(text)  # ValueError for a day that does not exist
@@ -139,7 +174,7 @@ def coerce_date(key: str, spec: SlotTypeSpec, raw: Any, ctx: ValueContext) -> st
         when, period = _consensus(key, text, ctx, ask)
         if period not in ("day", "time"):
             raise ValueRefused(key, f"that is not one exact day; {ask}")
-        day = when.date()
+        day = _bare_day_ahead(text, when.date(), ctx.local_now.date())
     if spec.future_only and day < ctx.local_now.date():
         raise ValueRefused(key, "that day is in the past; ask for a day from today on")
     return day.isoformat()
