@@ -105,6 +105,8 @@ class Score:
     latency_ms: list[float] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
+    # anchor refusals by slot type: [inventions stopped, correct values lost]
+    anchor: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, case: dict[str, Any], kinds: dict[str, str], final: dict[str, Any],
             *, valid: bool, ms: float | None, tokens: int | None, phone_digits: bool) -> None:
@@ -246,6 +248,7 @@ def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, An
         except (ValueError, jsonschema.ValidationError):
             valid = False
         events: list[str] = []
+        kinds = slot_kinds(playbook, case["at"])
         try:
             verdict = parse_verdict(text)
         except VerdictError as exc:
@@ -259,14 +262,32 @@ def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, An
                     continue
                 if isinstance(event, (ev.SlotRefused, ev.Degraded)):
                     events.append(f"{type(event).__name__}: {getattr(event, 'detail', None) or event.message}")
+                if isinstance(event, ev.SlotRefused) and "not in the caller's words" in event.message:
+                    _count_anchor(score, case, kinds, event.key, event.value, ctx)
         final = {k: s.value for k, s in state.slots.items()}
-        score.add(case, slot_kinds(playbook, case["at"]), final, valid=valid, ms=ms,
+        score.add(case, kinds, final, valid=valid, ms=ms,
                   tokens=tokens, phone_digits=False)
         rows.append({"id": case["id"], "raw": text, "slots": final, "events": events,
                      "ms": round(ms), "prompt_tokens": tokens, "valid": valid})
         log(f"ours {case['id']}: {ms / 1000:.1f} s, {tokens} prompt tokens, {final}")
     http.close()
     return score, rows
+
+
+def _count_anchor(score: Score, case: dict[str, Any], kinds: dict[str, str], key: str,
+                  raw: Any, ctx: Any) -> None:
+    """An enforce refusal: an invention stopped, or a correct value lost (the case expected it)."""
+    from superdialog_core.playbook import SlotSpec
+    from superdialog_core.values.coerce import ValueRefused, coerce
+
+    kind = kinds.get(key, "str")
+    try:
+        value = coerce(key, SlotSpec(type=kind), raw, ctx)  # type: ignore[arg-type]
+    except ValueRefused:
+        value = raw
+    want = case["expect"].get(key, case["known"].get(key))
+    lost = want is not None and _norm(kind, value) == _norm(kind, want)
+    score.anchor.setdefault(kind, [0, 0])[1 if lost else 0] += 1
 
 
 # --- superdialog ---------------------------------------------------------------------------
@@ -380,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         rows[name] = score.row()
     table = print_table(args.model, rows)
     print(table)
+    for name, score in scores.items():
+        if score.anchor:
+            parts = [f"{kind}: {stopped} inventions stopped, {lost} correct values lost"
+                     for kind, (stopped, lost) in sorted(score.anchor.items())]
+            print(f"{name}, anchor refusals by type: " + "; ".join(parts))
     if args.misses:
         for name, score in scores.items():
             print(f"\n{name} misses:")
