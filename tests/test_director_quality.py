@@ -330,3 +330,10 @@ def test_a_bare_day_of_month_that_has_passed_is_next_month() -> None:
                        phone_region="GB")
     assert coerce("date", SlotSpec(type="date"), "the 2nd", ctx) == "2026-12-02"
     assert coerce("date", SlotSpec(type="date"), "on the 30th", ctx) == "2026-11-30"
+
+
+def test_todays_date_is_not_traced_to_a_lone_word() -> None:
+    # dateparser reads "a" as today: the engine must not take that as the caller's words
+    call = Call("dental.visit")
+    events = call.apply({"slots": {"date": "2026-12-01"}}, "I'd like a check-up.")
+    assert call.value("date") is None and "date" in refused(events)

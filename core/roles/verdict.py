@@ -291,13 +291,18 @@ def _resolves_to(key: str, spec: SlotSpec, phrase: str, value: Any, value_ctx: V
 
 
 def _phrases(text: str) -> list[str]:
-    """The caller's line, then each run of up to PHRASE_WORDS of its words (longest first)."""
+    """The caller's line, then each run of up to PHRASE_WORDS of its words (longest first).
+
+    A run must hold a digit or a word of three letters or more: dateparser reads a lone "a"
+    as today, which would let a model's made-up "today" pass as said.
+    """
     words = [w.strip(",.;:!?\"'") for w in text.split()]
     words = [w for w in words if w]
-    out = [" ".join(text.split())]
+    runs = [" ".join(text.split())]
     for size in range(min(PHRASE_WORDS, len(words)), 0, -1):
-        out.extend(" ".join(words[i:i + size]) for i in range(len(words) - size + 1))
-    return list(dict.fromkeys(out))
+        runs.extend(" ".join(words[i:i + size]) for i in range(len(words) - size + 1))
+    return [run for run in dict.fromkeys(runs)
+            if any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split())]
 
 
 def _refuse_unanchored(app: _Application, key: str, spec: SlotSpec, raw: Any, value: Any,
