@@ -308,6 +308,7 @@ def run_superdialog(job: dict[str, Any], server: Any,
         "anchor": job["anchor"], "timezone": job["timezone"], "cases": job["cases"],
         "playbooks": {name: str(QUALITY / path.replace(".yaml", ".superdialog.yaml"))
                       for name, path in PLAYBOOKS.items()},
+        "progress": os.environ.get("QUALITY_SD_PROGRESS"),  # a JSONL file, one case a line
     }
     proc = subprocess.run([str(python), str(SD_DRIVER)], input=json.dumps(payload), text=True,
                           capture_output=True, cwd=ROOT, timeout=3600,

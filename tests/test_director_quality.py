@@ -337,3 +337,16 @@ def test_todays_date_is_not_traced_to_a_lone_word() -> None:
     call = Call("dental.visit")
     events = call.apply({"slots": {"date": "2026-12-01"}}, "I'd like a check-up.")
     assert call.value("date") is None and "date" in refused(events)
+
+
+def test_a_catch_all_enum_value_must_have_been_said() -> None:
+    doc = copy.deepcopy(DOC)
+    doc["journeys"]["dental"]["checkpoints"][1]["slots"]["reason"]["values"].append("other")
+    call = Call("dental.visit", doc=doc)
+    events = call.apply({"slots": {"reason": "other", "date": "Friday"}}, "Friday, please")
+    assert call.value("reason") is None and "reason" in refused(events)
+    assert call.value("date") == "2026-12-04"
+    call.apply({"slots": {"reason": "cleaning"}}, "a scale and polish")  # a mapping: off
+    assert call.value("reason") == "cleaning"
+    call.apply({"slots": {"reason": "other"}}, "it's something else really")
+    assert call.value("reason") == "other"

@@ -109,6 +109,9 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
             "calls": len(calls),
         })
         print(f"[superdialog] {case['id']}: {out[-1]['slots']}", file=sys.stderr, flush=True)
+        if job.get("progress"):  # one line per case as it lands: a long run can be read early
+            with open(job["progress"], "a", encoding="utf-8") as f:
+                f.write(json.dumps(out[-1], ensure_ascii=False, default=str) + "\n")
     await client.http.aclose()
     return {"engine": "superdialog 0.3.0", "cases": out}
 

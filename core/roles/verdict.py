@@ -225,9 +225,20 @@ def _optional_str(app: _Application, verdict: dict[str, Any], name: str) -> str 
     return value.strip() or None
 
 
-def anchor_mode(spec: SlotSpec) -> str:
-    """The slot's ``anchor``, with ``inherit`` resolved to the engine's default for its type."""
-    return DEFAULT_ANCHOR.get(spec.type, "off") if spec.anchor == "inherit" else spec.anchor
+# Catch-all enum members: a model picks them on turns that name no choice at all ("other" on
+# "Friday, please"), so unlike a mapped choice they must have been said.
+CATCH_ALL = frozenset({"other", "others", "unknown", "none", "n/a", "not_sure", "unsure",
+                       "misc", "general", "unspecified"})
+
+
+def anchor_mode(spec: SlotSpec, value: Any = None) -> str:
+    """The slot's ``anchor``, with ``inherit`` resolved to the engine's default for its type
+    (a catch-all enum value such as "other" is enforced)."""
+    if spec.anchor != "inherit":
+        return spec.anchor
+    if spec.type == "enum" and isinstance(value, str) and value.strip().casefold() in CATCH_ALL:
+        return "enforce"
+    return DEFAULT_ANCHOR.get(spec.type, "off")
 
 
 def callers_words(state: Any, user_text: str, user_version: int | None) -> CallerWords:
@@ -275,6 +286,8 @@ def _evidence_ok(key: str, spec: SlotSpec, raw: Any, value: Any, span: Any,
                    for phrase in _phrases(user_text))
     if in_callers_words(spec.type, raw, heard, span=text_span):
         return True
+    if spec.type == "enum":  # a catch-all: "something else" names "other"
+        return bool({"else", "another"} & heard.words)
     # a value the coercion reshaped (an int from "four", a phone from words) may still be
     # traced through its span
     return text_span is not None and spec.type in ("int", "float") and span_said(text_span, heard)
@@ -309,7 +322,7 @@ def _refuse_unanchored(app: _Application, key: str, spec: SlotSpec, raw: Any, va
                        span: Any, heard: CallerWords, value_ctx: ValueContext,
                        user_text: str) -> bool:
     """Apply the slot's ``anchor`` to a span miss; True when the value must not be written."""
-    mode = anchor_mode(spec)
+    mode = anchor_mode(spec, value)
     if mode == "off" or spec.resolve_from is not None or not heard:
         return False
     known = app.state.slots.get(key)
