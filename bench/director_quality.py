@@ -179,7 +179,11 @@ def start_server(uri: str, instance: str) -> Any:
     return local_server(_model_name(uri), instance=instance)
 
 
-def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, Any]]]:
+def run_ours(job: dict[str, Any], server: Any,
+             replay: dict[str, dict[str, Any]] | None = None) -> tuple[Score, list[dict[str, Any]]]:
+    """Our Director on every case; with ``replay`` (rows of an earlier ``--out``), the model's
+    answers are taken from there and only the engine's rules run (greedy decoding gives the
+    same answers for the same prompt, so this re-scores a rule change without the model)."""
     from datetime import datetime
 
     from superdialog_core import events as ev
@@ -196,7 +200,7 @@ def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, An
 
     playbooks = {name: Playbook.load(QUALITY / path) for name, path in PLAYBOOKS.items()}
     anchor = datetime.fromisoformat(job["anchor"])
-    http = httpx.Client(base_url=server.base_url, timeout=600.0, trust_env=False)
+    http = httpx.Client(base_url=server.base_url, timeout=600.0, trust_env=False) if server else None
     score = Score()
     rows = []
     for case in job["cases"]:
@@ -230,18 +234,24 @@ def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, An
         request = build_director_request(state, playbook, user_text=case["say"],
                                          user_version=user_version)
         body = {
-            "model": server.alias, "messages": request.messages, "temperature": 0.0,
+            "model": server.alias if server else "replay", "messages": request.messages,
+            "temperature": 0.0,
             "max_tokens": LOCAL_DIRECTOR_MAX_TOKENS,
             "response_format": {"type": "json_object", "schema": llama_safe_schema(
                 request.schema, max_length=LOCAL_MAX_STRING)},
         }
-        started = time.perf_counter()
-        reply = http.post("/chat/completions", json=body)
-        ms = (time.perf_counter() - started) * 1000.0
-        reply.raise_for_status()
-        data = reply.json()
-        text = data["choices"][0]["message"].get("content") or ""
-        tokens = data.get("usage", {}).get("prompt_tokens")
+        if replay is not None:
+            old = replay[case["id"]]
+            text, ms, tokens = old["raw"], old["ms"], old["prompt_tokens"]
+        else:
+            assert http is not None
+            started = time.perf_counter()
+            reply = http.post("/chat/completions", json=body)
+            ms = (time.perf_counter() - started) * 1000.0
+            reply.raise_for_status()
+            data = reply.json()
+            text = data["choices"][0]["message"].get("content") or ""
+            tokens = data.get("usage", {}).get("prompt_tokens")
         try:
             jsonschema.validate(json.loads(text), request.schema)
             valid = True
@@ -270,7 +280,8 @@ def run_ours(job: dict[str, Any], server: Any) -> tuple[Score, list[dict[str, An
         rows.append({"id": case["id"], "raw": text, "slots": final, "events": events,
                      "ms": round(ms), "prompt_tokens": tokens, "valid": valid})
         log(f"ours {case['id']}: {ms / 1000:.1f} s, {tokens} prompt tokens, {final}")
-    http.close()
+    if http is not None:
+        http.close()
     return score, rows
 
 
@@ -378,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"venv with superdialog 0.3.0 (default {SD_VENV.relative_to(ROOT)})")
     parser.add_argument("--no-ours", action="store_true",
                         help="skip our engine (with --superdialog: superdialog's figures only)")
+    parser.add_argument("--replay", type=Path, default=None,
+                        help="take our model's answers from an earlier --out file (no model run)")
     parser.add_argument("--limit", type=int, default=None, help="run the first N cases only")
     parser.add_argument("--case", action="append", help="run only this case id (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="write every verdict as JSON here")
@@ -389,7 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     detail: dict[str, Any] = {}
     scores: dict[str, Score] = {}
     # One server per engine: each keeps its own prompt prefix cached.
-    if not args.no_ours:
+    if args.replay is not None:
+        old = json.loads(args.replay.read_text())["detail"]["ours"]
+        scores["ours"], detail["ours"] = run_ours(job, None, {r["id"]: r for r in old})
+    elif not args.no_ours:
         server = start_server(args.model, "quality-ours")
         scores["ours"], detail["ours"] = run_ours(job, server)
         server.stop()

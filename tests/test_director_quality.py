@@ -350,3 +350,13 @@ def test_a_catch_all_enum_value_must_have_been_said() -> None:
     assert call.value("reason") == "cleaning"
     call.apply({"slots": {"reason": "other"}}, "it's something else really")
     assert call.value("reason") == "other"
+
+
+def test_a_part_of_the_day_is_no_evidence_for_todays_date() -> None:
+    call = Call("dental.visit")
+    events = call.apply({"slots": {"date": "2026-12-01", "time": "16:45"}},
+                        "About quarter to five in the afternoon.")
+    assert call.value("date") is None and "date" in refused(events)
+    assert call.value("time") == "16:45"
+    call.apply({"slots": {"date": "2026-12-01"}}, "Could you fit me in today?")
+    assert call.value("date") == "2026-12-01"

@@ -282,9 +282,11 @@ def _evidence_ok(key: str, spec: SlotSpec, raw: Any, value: Any, span: Any,
         # No span, or one that does not hold: look for words of the caller's line that
         # resolve to this value ("at seven pm" for 19:00); today's date, or a day worked out
         # wrongly, has none
+        today = value_ctx.local_now.date().isoformat()
         return any(_resolves_to(key, spec, phrase, value, value_ctx)
-                   for phrase in _phrases(user_text))
-    if in_callers_words(spec.type, raw, heard, span=text_span):
+                   for phrase in _phrases(user_text)
+                   if not str(value).startswith(today) or _names_today(phrase))
+    if in_callers_words(spec.type, value if spec.type == "email" else raw, heard, span=text_span):
         return True
     if spec.type == "enum":  # a catch-all: "something else" names "other"
         return bool({"else", "another"} & heard.words)
@@ -303,6 +305,17 @@ def _resolves_to(key: str, spec: SlotSpec, phrase: str, value: Any, value_ctx: V
         return False
 
 
+# dateparser reads a bare part of the day ("in the afternoon") as today; a model fills today's
+# date from such words, so a value on today needs words that name today.
+_TODAY_WORDS = frozenset({"today", "tonight", "now", "this", "heute", "hoy", "aujourd'hui",
+                          "aujourd", "oggi", "hoje", "vandaag"})
+
+
+def _names_today(phrase: str) -> bool:
+    words = {w.strip(",.;:!?\"").casefold() for w in phrase.split()}
+    return bool(words & _TODAY_WORDS) or any(ch.isdigit() for ch in phrase)
+
+
 def _phrases(text: str) -> list[str]:
     """The caller's line, then each run of up to PHRASE_WORDS of its words (longest first).
 
@@ -314,8 +327,10 @@ def _phrases(text: str) -> list[str]:
     runs = [" ".join(text.split())]
     for size in range(min(PHRASE_WORDS, len(words)), 0, -1):
         runs.extend(" ".join(words[i:i + size]) for i in range(len(words) - size + 1))
+    # a bare year ("2027") is read as today's day in that year: no evidence for a day
     return [run for run in dict.fromkeys(runs)
-            if any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split())]
+            if not (run.isdigit() and len(run) >= 3)
+            and (any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split()))]
 
 
 def _refuse_unanchored(app: _Application, key: str, spec: SlotSpec, raw: Any, value: Any,
