@@ -125,7 +125,8 @@ def test_schema_lists_the_checkpoints_slots_targets_and_interrupts() -> None:
     assert props["slots"]["properties"]["party_size"] == {"type": "integer"}
     assert props["slots"]["properties"]["seating"] == {"enum": ["indoor", "outdoor"]}
     assert props["slots"]["properties"]["remark"]["maxLength"] == 200
-    assert props["slots"]["properties"]["date"]["format"] == "date"
+    # the caller's words or ISO: the engine resolves them (SPEC §4.1)
+    assert props["slots"]["properties"]["date"] == {"type": "string", "minLength": 1, "maxLength": 40}
     # Only llm rules are targets (the expr rule's target is not), each once.
     assert props["advance"]["enum"] == ["booking.confirm", "booking.bye", None]
     # Only llm interrupts (the event-judged one is not the Director's to choose).
@@ -135,16 +136,21 @@ def test_schema_lists_the_checkpoints_slots_targets_and_interrupts() -> None:
     assert props["confirm"] == {"type": "array", "maxItems": 0}
 
 
-def test_schema_adds_slots_awaiting_confirmation_and_leaves_out_authoritative() -> None:
+def test_schema_leaves_out_other_checkpoints_slots_and_authoritative_ones() -> None:
     call = Call("booking.confirm")
-    call.write("date", "2026-12-01")  # provisional, declared at collect
+    call.write("date", "2026-12-01")  # provisional, declared at collect, not required here
     call.write("customer_id", "c-1", status="confirmed", by="call_start")
     schema = verdict_schema(call.state, call.playbook)
     slots = schema["properties"]["slots"]["properties"]
-    assert list(slots) == ["name", "date"]  # not held (authoritative), not customer_id
-    assert schema["properties"]["confirm"]["items"] == {"enum": ["date"]}
-    assert schema["properties"]["deny"]["items"] == {"enum": ["date"]}
+    # not held (authoritative), not customer_id, not collect's date (SPEC §7: never another
+    # checkpoint's slots; only those its rules require and that await a read-back here)
+    assert list(slots) == ["name"]
+    assert schema["properties"]["confirm"] == {"type": "array", "maxItems": 0}
     assert schema["properties"]["advance"]["enum"] == ["booking.done", None]
+    call.write("name", "Ana")
+    schema = verdict_schema(call.state, call.playbook)
+    assert schema["properties"]["confirm"]["items"] == {"enum": ["name"]}
+    assert schema["properties"]["deny"]["items"] == {"enum": ["name"]}
 
 
 def test_schema_is_cached_per_checkpoint_and_awaiting_set() -> None:
@@ -162,13 +168,13 @@ def test_schema_accepts_a_good_verdict_and_rejects_bad_ones() -> None:
     call.write("party_size", 4)
     schema = verdict_schema(call.state, call.playbook)
     jsonschema.Draft202012Validator.check_schema(schema)
-    good = {"slots": {"date": "2026-12-01", "time": "19:30"}, "spans": {"date": "tomorrow"},
+    good = {"slots": {"date": "2026-12-01", "time": "half past seven"}, "spans": {"date": "tomorrow"},
             "confirm": ["party_size"], "advance": "booking.confirm", "interrupt": None,
             "note": None}
     jsonschema.validate(good, schema)
     for bad in ({"advance": "booking.nowhere"}, {"interrupt": "payment"},
                 {"slots": {"held": "x"}}, {"confirm": ["date"]}, {"extra": 1},
-                {"slots": {"time": "7pm"}}, {"note": "x" * 201}):
+                {"slots": {"time": ""}}, {"slots": {"date": "x" * 41}}, {"note": "x" * 201}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 
@@ -271,8 +277,8 @@ def test_deny_then_new_value_in_the_same_verdict() -> None:
     call = Call()
     call.write("date", "2026-12-01")
     call.agent("That's Tuesday the first, right?")
-    result, events = call.apply({"deny": ["date"], "slots": {"date": "2026-12-02"}},
-                                "no, the second")
+    result, events = call.apply({"deny": ["date"], "slots": {"date": "2026-12-02"},
+                                 "spans": {"date": "the 2nd"}}, "no, the 2nd")
     kinds = [(type(e).__name__, getattr(e, "key", None)) for e in events]
     assert kinds[:2] == [("SlotClear", "date"), ("SlotWrite", "date")]
     assert events[0].reason == "denied"  # type: ignore[attr-defined]

@@ -425,3 +425,22 @@ def test_absurdly_deep_or_large_containers_are_refused_not_crashing() -> None:
     assert "too large" in refused("object", {"note": "word " * 1000})
     assert ok("array", [{"sku": "a", "n": 2}, {"sku": "b", "n": 1}]) == [
         {"sku": "a", "n": 2}, {"sku": "b", "n": 1}]  # fmt: skip
+
+
+@pytest.mark.parametrize(("said", "day"), [
+    ("on the fourth of December", "2026-12-04"),
+    ("the twenty-first of December", "2026-12-21"),
+    ("December the third", "2026-12-03"),
+])
+def test_a_spelled_day_of_the_month_is_read(said: str, day: str) -> None:
+    # dateparser reads a day of the month only in digits; the engine turns "fourth" into "4th"
+    # when it stands next to a month (the Director may pass the caller's words, SPEC §4.1).
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from superdialog_core.playbook import SlotSpec
+    from superdialog_core.values.coerce import ValueContext, coerce
+
+    ctx = ValueContext(now=datetime(2026, 12, 1, 10, tzinfo=ZoneInfo("Europe/Rome")),
+                       timezone="Europe/Rome")
+    assert coerce("day", SlotSpec(type="date"), said, ctx) == day

@@ -385,8 +385,6 @@ def unsupported_keys(playbook: Playbook) -> list[str]:
         for key, spec in cp.slots.items():
             if spec.resolve_from is not None:
                 found.append(join_path(path, "slots", key, "resolve_from"))
-            if spec.anchor != "inherit":
-                found.append(join_path(path, "slots", key, "anchor"))
     for index, interrupt in enumerate(playbook.interrupts):
         if interrupt.judge == "event":
             found.append(join_path("interrupts", index, "judge"))

@@ -2,9 +2,11 @@
 
 The Director is asked once per user turn, through a forced tool call (``record_verdict``)
 whose arguments follow ``verdict_schema``. The schema is per checkpoint (its own slots, the
-slots awaiting confirmation and those its rules require; enum values, string ``maxLength``; the
+slots awaiting confirmation that its rules require; enum values, string ``maxLength``; the
 allowed advance targets and interrupt ids as enums), which keeps small models inside the
-lines. It is built once per (checkpoint, awaiting slots) and cached per playbook.
+lines: a slot of another checkpoint is never offered, so it cannot be filled by accident.
+Dates and times are text: the caller's words or ISO, resolved by the engine (SPEC §4.1). It
+is built once per (checkpoint, filled slots, awaiting slots) and cached per playbook.
 ``director.py`` builds the prompt around it and re-exports these names.
 """
 
@@ -36,8 +38,15 @@ def current_checkpoint(state: Any, playbook: Playbook) -> Checkpoint:
     return checkpoint
 
 
+WORDS_MAX = 40  # a date or time in the caller's words ("the Friday after next at half nine")
+
+
 def _value_schema(spec: SlotSpec) -> dict[str, Any]:
-    """The JSON Schema of one slot's value as the Director must write it (ISO for dates)."""
+    """The JSON Schema of one slot's value as the Director must write it.
+
+    Dates and times are the caller's words or ISO text: the engine resolves words against
+    the call's clock, zone and region, so the model never does calendar arithmetic.
+    """
     kind = spec.type
     if kind == "enum" and spec.values:
         return {"enum": list(spec.values)}
@@ -47,12 +56,8 @@ def _value_schema(spec: SlotSpec) -> dict[str, Any]:
         return {"type": "number"}
     if kind == "bool":
         return {"type": "boolean"}
-    if kind == "date":
-        return {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
-    if kind == "time":
-        return {"type": "string", "pattern": r"^([01]\d|2[0-3]):[0-5]\d$"}
-    if kind == "datetime":
-        return {"type": "string", "format": "date-time", "maxLength": 40}
+    if kind in ("date", "time", "datetime"):
+        return {"type": "string", "minLength": 1, "maxLength": WORDS_MAX}
     if kind == "phone":
         return {"type": "string", "maxLength": 32}
     if kind == "email":
@@ -70,16 +75,21 @@ def director_slot_spec(playbook: Playbook, checkpoint: Checkpoint, key: str) -> 
     return spec if spec is not None else lookups.slot_spec(playbook, key)
 
 
-def schema_slot_keys(playbook: Playbook, checkpoint: Checkpoint,
-                      awaiting: Iterable[str]) -> list[str]:
-    """Own slots, then slots the llm rules require, then slots awaiting confirmation.
+def schema_slot_keys(playbook: Playbook, checkpoint: Checkpoint, awaiting: Iterable[str],
+                     filled: Iterable[str] = ()) -> list[str]:
+    """The slots the Director may write here: the checkpoint's missing slots, then its filled
+    ones (so a correction always has a field), then slots its llm rules require that await
+    confirmation (a read-back here may be corrected). Never another checkpoint's slot besides.
 
     Authoritative and call-start slots are left out: the Director may not write them.
     """
-    keys: dict[str, None] = dict.fromkeys(checkpoint.slots)
+    have = set(filled)
+    own = list(checkpoint.slots)
+    keys: dict[str, None] = dict.fromkeys(k for k in own if k not in have)
+    keys.update(dict.fromkeys(k for k in own if k in have))
+    waiting = set(awaiting)
     for rule in checkpoint.advance_when:
-        keys.update(dict.fromkeys(rule.requires))
-    keys.update(dict.fromkeys(sorted(awaiting)))
+        keys.update(dict.fromkeys(k for k in rule.requires if k in waiting))
     out = []
     for key in keys:
         spec = director_slot_spec(playbook, checkpoint, key)
@@ -87,6 +97,13 @@ def schema_slot_keys(playbook: Playbook, checkpoint: Checkpoint,
             continue
         out.append(key)
     return out
+
+
+def filled_slots(state: Any, checkpoint: Checkpoint) -> frozenset[str]:
+    """The checkpoint's own slots that hold a value."""
+    slots = state.slots
+    return frozenset(k for k in checkpoint.slots
+                     if k in slots and slots[k].value is not None)
 
 
 def awaiting_confirmation(state: Any) -> frozenset[str]:
@@ -104,9 +121,9 @@ def llm_interrupt_ids(playbook: Playbook) -> list[str]:
     return [i.id for i in playbook.interrupts if i.judge == "llm"]
 
 
-def _build_schema(playbook: Playbook, checkpoint: Checkpoint,
-                  awaiting: frozenset[str]) -> dict[str, Any]:
-    keys = schema_slot_keys(playbook, checkpoint, awaiting)
+def _build_schema(playbook: Playbook, checkpoint: Checkpoint, awaiting: frozenset[str],
+                  filled: frozenset[str]) -> dict[str, Any]:
+    keys = schema_slot_keys(playbook, checkpoint, awaiting, filled)
     slot_props = {}
     for key in keys:
         spec = director_slot_spec(playbook, checkpoint, key)
@@ -141,15 +158,17 @@ def _build_schema(playbook: Playbook, checkpoint: Checkpoint,
 def verdict_schema(state: Any, playbook: Playbook) -> dict[str, Any]:
     """The JSON Schema of ``record_verdict``'s arguments at the current checkpoint.
 
-    Cached per (checkpoint, slots awaiting confirmation); the returned dict is shared, so
-    callers must not mutate it.
+    Cached per (checkpoint, filled slots, slots awaiting confirmation); the returned dict is
+    shared, so callers must not mutate it.
     """
+    checkpoint = current_checkpoint(state, playbook)
     awaiting = awaiting_confirmation(state)
+    filled = filled_slots(state, checkpoint)
     cache = _cache_for(playbook)
-    key = ("schema", state.checkpoint, awaiting)
+    key = ("schema", state.checkpoint, filled, awaiting)
     schema = cache.get(key)
     if schema is None:
-        schema = _build_schema(playbook, current_checkpoint(state, playbook), awaiting)
+        schema = _build_schema(playbook, checkpoint, awaiting, filled)
         cache[key] = schema
     return schema
 
@@ -160,6 +179,7 @@ __all__ = [
     "awaiting_confirmation",
     "current_checkpoint",
     "director_slot_spec",
+    "filled_slots",
     "llm_advance_targets",
     "llm_interrupt_ids",
     "schema_slot_keys",

@@ -23,16 +23,35 @@ from typing import Any
 from ..format import lookups
 from ..format.playbook import Checkpoint, Playbook, SlotSpec
 from ..log import events as ev
-from ..log.slots import plan_confirm, plan_deny, plan_write, requires_status
+from ..log.slots import _READ_BACK_KINDS, plan_confirm, plan_deny, plan_write, requires_status
 from ..values.coerce import ValueContext, ValueRefused, coerce
+from ..values.evidence import (
+    CallerWords,
+    clock_said,
+    in_callers_words,
+    placeholder_reason,
+    span_said,
+)
 from .goodbye import is_meta_instruction, is_spoken_goodbye
 from .verdict_parse import VerdictError, VerdictTooLarge, parse_verdict, parse_verdict_counted
 
 FIELDS: tuple[str, ...] = ("slots", "spans", "confirm", "deny", "advance", "interrupt", "note")
 NOTE_MAX = 200
+# What a span miss does for a slot whose ``anchor`` is ``inherit`` (SPEC §7), by type; measured
+# with bench/director_quality.py (inventions stopped against correct values lost, see
+# BENCHMARKS.md). Text, phones, emails, dates and times can be traced to the caller's words, so
+# a miss is refused; a number may be said in words the check cannot read ("a dozen"), so it is
+# only logged; an enum value is the model's mapping of the caller's words ("routine check-up"
+# -> checkup), so there is nothing to find and the check is off.
+DEFAULT_ANCHOR: dict[str, str] = {
+    "str": "enforce", "phone": "enforce", "email": "enforce", "date": "enforce",
+    "time": "enforce", "datetime": "enforce", "int": "shadow", "float": "shadow",
+    "enum": "off", "bool": "off", "array": "off", "object": "off",
+}
+# Resolvable types: the Director may send the caller's words; the engine resolves them.
+RESOLVED_TYPES = frozenset({"date", "time", "datetime"})
 # A verdict naming any of these is not a missed goodbye: the spoken-goodbye backstop stays off.
 BACKSTOP_BLOCKERS: tuple[str, ...] = ("advance", "interrupt", "slots", "confirm", "deny")
-_QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
 
 Emit = Callable[[ev.Event], Any]
 
@@ -49,10 +68,6 @@ class AppliedVerdict:
 
 
 # --- applying ------------------------------------------------------------------------------
-
-
-def _normal_words(text: str) -> str:
-    return " ".join(text.translate(_QUOTES).casefold().split())
 
 
 class _Application:
@@ -116,9 +131,164 @@ def _optional_str(app: _Application, verdict: dict[str, Any], name: str) -> str 
     return value.strip() or None
 
 
+# Catch-all enum members: a model picks them on turns that name no choice at all ("other" on
+# "Friday, please"), so unlike a mapped choice they must have been said.
+CATCH_ALL = frozenset({"other", "others", "unknown", "none", "n/a", "not_sure", "unsure",
+                       "misc", "general", "unspecified"})
+
+
+def anchor_mode(spec: SlotSpec, value: Any = None) -> str:
+    """The slot's ``anchor``, with ``inherit`` resolved to the engine's default for its type
+    (a catch-all enum value such as "other" is enforced)."""
+    if spec.anchor != "inherit":
+        return spec.anchor
+    if spec.type == "enum" and isinstance(value, str) and value.strip().casefold() in CATCH_ALL:
+        return "enforce"
+    return DEFAULT_ANCHOR.get(spec.type, "off")
+
+
+def callers_words(state: Any, user_text: str, user_version: int | None) -> CallerWords:
+    """The caller's turns in the Director's window (its last 12 entries), ending at this turn."""
+    turns: list[str] = []
+    entries = 0
+    seen_current = False
+    for entry in reversed(state.transcript):
+        if user_version is not None and entry.version > user_version:
+            continue
+        if getattr(entry, "superseded", False):
+            continue
+        entries += 1
+        if entry.role == "user":
+            turns.append(entry.text)
+            seen_current = seen_current or entry.text == user_text
+        if entries >= 12:
+            break
+    if not seen_current and user_text:
+        turns.append(user_text)
+    return CallerWords(turns)
+
+
+def _evidence_ok(key: str, spec: SlotSpec, raw: Any, value: Any, span: Any,
+                 heard: CallerWords, value_ctx: ValueContext, user_text: str) -> bool:
+    """Whether the value (or its span) is in the caller's words (SPEC §7 ``spans``).
+
+    A date or time sent in ISO form can only be traced through its span: the span must have
+    been said and resolve to the same value (a model that works out "Thursday" wrongly, or
+    fills today's date, fails here).
+    """
+    text_span = span if isinstance(span, str) and span.strip() else None
+    if spec.type in RESOLVED_TYPES:
+        if isinstance(raw, str) and in_callers_words(spec.type, raw, heard):
+            return True
+        if spec.type == "time" and clock_said(value, heard):
+            return True
+        if text_span is not None and span_said(text_span, heard) and _resolves_to(
+                key, spec, text_span, value, value_ctx):
+            return True
+        # No span, or one that does not hold: look for words of the caller's line that
+        # resolve to this value ("at seven pm" for 19:00); today's date, or a day worked out
+        # wrongly, has none
+        today = value_ctx.local_now.date().isoformat()
+        return any(_resolves_to(key, spec, phrase, value, value_ctx)
+                   for phrase in _phrases(user_text)
+                   if not str(value).startswith(today) or _names_today(phrase))
+    if in_callers_words(spec.type, value if spec.type == "email" else raw, heard, span=text_span):
+        return True
+    if spec.type == "enum":  # a catch-all: "something else" names "other"
+        return bool({"else", "another"} & heard.words)
+    # a value the coercion reshaped (an int from "four", a phone from words) may still be
+    # traced through its span
+    return text_span is not None and spec.type in ("int", "float") and span_said(text_span, heard)
+
+
+PHRASE_WORDS = 5  # the longest run of a caller's words tried as a date or time
+
+
+def _resolves_to(key: str, spec: SlotSpec, phrase: str, value: Any, value_ctx: ValueContext) -> bool:
+    try:
+        return bool(coerce(key, spec, phrase, value_ctx) == value)
+    except ValueRefused:
+        return False
+
+
+# dateparser reads a bare part of the day ("in the afternoon") as today; a model fills today's
+# date from such words, so a value on today needs words that name today.
+_TODAY_WORDS = frozenset({"today", "tonight", "now", "this", "heute", "hoy", "aujourd'hui",
+                          "aujourd", "oggi", "hoje", "vandaag"})
+
+
+def _names_today(phrase: str) -> bool:
+    words = {w.strip(",.;:!?\"").casefold() for w in phrase.split()}
+    return bool(words & _TODAY_WORDS) or any(ch.isdigit() for ch in phrase)
+
+
+def _phrases(text: str) -> list[str]:
+    """The caller's line, then each run of up to PHRASE_WORDS of its words (longest first).
+
+    A run must hold a digit or a word of three letters or more: dateparser reads a lone "a"
+    as today, which would let a model's made-up "today" pass as said.
+    """
+    words = [w.strip(",.;:!?\"'") for w in text.split()]
+    words = [w for w in words if w]
+    runs = [" ".join(text.split())]
+    for size in range(min(PHRASE_WORDS, len(words)), 0, -1):
+        runs.extend(" ".join(words[i:i + size]) for i in range(len(words) - size + 1))
+    # a bare year ("2027") is read as today's day in that year: no evidence for a day
+    return [run for run in dict.fromkeys(runs)
+            if not (run.isdigit() and len(run) >= 3)
+            and (any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split()))]
+
+
+def _refuse_unanchored(app: _Application, key: str, spec: SlotSpec, raw: Any, value: Any,
+                       span: Any, heard: CallerWords, value_ctx: ValueContext,
+                       user_text: str) -> bool:
+    """Apply the slot's ``anchor`` to a span miss; True when the value must not be written."""
+    mode = anchor_mode(spec, value)
+    if mode == "off" or spec.resolve_from is not None or not heard:
+        return False
+    known = app.state.slots.get(key)
+    if known is not None and known.value == value:
+        return False  # the value it already holds: nothing is written, nothing to prove
+    if _evidence_ok(key, spec, raw, value, span, heard, value_ctx, user_text):
+        return False
+    if mode == "enforce":
+        app.emit(ev.SlotRefused(
+            key=key, value=raw, by="director",
+            message=f"{key}: that is not in the caller's words; ask the caller for it"))
+        return True
+    app.degraded(f"anchor_miss:{key}")  # shadow: evidence, not a gate
+    return False
+
+
+def _refuse_placeholder(app: _Application, key: str, spec: SlotSpec, raw: Any, value: Any,
+                        heard: CallerWords) -> bool:
+    """Refuse "unknown", "N/A", "John Doe" and the like for a ``str`` slot (SPEC §7)."""
+    if spec.type != "str" or not isinstance(value, str):
+        return False
+    reason = placeholder_reason(value, heard)
+    if reason is None:
+        return False
+    app.emit(ev.SlotRefused(key=key, value=raw, by="director", message=f"{key}: {reason}"))
+    return True
+
+
+def _resolution(spec: SlotSpec, raw: Any, value: Any) -> dict[str, Any] | None:
+    """What the engine resolved a date/time from (logged in the Verdict), or None for ISO."""
+    if spec.type not in RESOLVED_TYPES or not isinstance(raw, str):
+        return None
+    if " ".join(raw.split()) == value:
+        return None
+    return {"from": raw, "to": value}
+
+
 def _apply_slots(app: _Application, verdict: dict[str, Any], value_ctx: ValueContext,
-                 user_text: str) -> tuple[dict[str, Any], dict[str, str], set[str]]:
-    """Coerce and write each slot value; returns (applied slots, applied spans, changed keys)."""
+                 user_text: str, user_version: int | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, str], set[str], dict[str, Any]]:
+    """Coerce, check and write each slot value.
+
+    Returns (applied slots, applied spans, changed keys, resolutions: what each date or time
+    given in words was resolved to).
+    """
     slots = verdict.get("slots")
     spans = verdict.get("spans")
     if not isinstance(slots, dict):
@@ -127,10 +297,11 @@ def _apply_slots(app: _Application, verdict: dict[str, Any], value_ctx: ValueCon
     if not isinstance(spans, dict):
         app.degraded("bad_field:spans")
         spans = {}
-    heard = _normal_words(user_text)
+    heard = callers_words(app.state, user_text, user_version)
     applied: dict[str, Any] = {}
     applied_spans: dict[str, str] = {}
     changed: set[str] = set()
+    resolved: dict[str, Any] = {}
     for key, raw in slots.items():
         spec = app.slot_spec(key)
         if spec is None:
@@ -144,12 +315,13 @@ def _apply_slots(app: _Application, verdict: dict[str, Any], value_ctx: ValueCon
             app.emit(ev.SlotRefused(key=key, value=raw, by="director", message=refused.message))
             continue
         span = spans.get(key)
-        if span is not None:
-            if not isinstance(span, str):
-                app.degraded(f"bad_field:spans.{key}")
-            elif heard and _normal_words(span) not in heard:
-                # Evidence, not a gate: a value without its words in the turn still lands.
-                app.degraded(f"anchor_miss:{key}")
+        if span is not None and not isinstance(span, str):
+            app.degraded(f"bad_field:spans.{key}")
+            span = None
+        if _refuse_placeholder(app, key, spec, raw, value, heard):
+            continue
+        if _refuse_unanchored(app, key, spec, raw, value, span, heard, value_ctx, user_text):
+            continue
         emitted = app.emit_all(plan_write(app.state, app.playbook, key, value, by="director"))
         if any(isinstance(e, ev.SlotWrite) and e.key == key for e in emitted):
             changed.add(key)
@@ -157,7 +329,62 @@ def _apply_slots(app: _Application, verdict: dict[str, Any], value_ctx: ValueCon
             applied[key] = value
             if isinstance(span, str):
                 applied_spans[key] = span
-    return applied, applied_spans, changed
+            how = _resolution(spec, raw, value)
+            if how is not None:
+                resolved[key] = how
+    return applied, applied_spans, changed, resolved
+
+
+# Types whose read-back is spoken in words that cannot be matched to the stored form
+# ("Friday the 4th" for 2026-12-04): for these the read-back's version alone counts.
+_SPOKEN_DIFFERENTLY = frozenset({"date", "time", "datetime", "enum", "bool", "array", "object"})
+
+
+def deny_refusal(state: Any, key: str, spec: SlotSpec | None, user_version: int,
+                 replaced: bool) -> str | None:
+    """Why a ``deny`` of ``key`` must be dropped, or None when it may clear the value (SPEC §4.3).
+
+    A deny clears a value only when the caller's turn answers a fully heard read-back of
+    that value (spoken from a state holding it, and naming it where its spoken form can be
+    matched: "oh seven nine one one..." names +447911...), or when the same verdict gives
+    the replacement. A "no" to an unrelated question never wipes a known value.
+    """
+    if replaced:
+        return None
+    slot = state.slots.get(key)
+    if slot is None or slot.value is None:
+        return "not_filled"
+    said = state.read_back_target(user_version)
+    if said is None or said.kind not in _READ_BACK_KINDS or not said.fully_heard:
+        return "deny_without_read_back"
+    spoke_from = said.spoke_from_version if said.spoke_from_version is not None else said.version
+    if spoke_from < slot.version:
+        return "deny_without_read_back"
+    kind = spec.type if spec is not None else "str"
+    if kind not in _SPOKEN_DIFFERENTLY:
+        heard = said.heard_text if getattr(said, "heard_text", None) is not None else said.text
+        if not in_callers_words(kind, slot.value, CallerWords([heard])):
+            return "deny_without_read_back"
+    return None
+
+
+def _apply_deny(app: _Application, verdict: dict[str, Any], user_version: int) -> list[str]:
+    """Clear each denied slot that was read back (or is replaced in this verdict); drop the rest."""
+    deny = _key_list(app, verdict, "deny")
+    slots = verdict.get("slots")
+    replacing = {k for k, v in slots.items() if v is not None} if isinstance(slots, dict) else set()
+    applied: list[str] = []
+    for key in deny:
+        reason = deny_refusal(app.state, key, app.slot_spec(key), user_version,
+                              key in replacing)
+        if reason == "not_filled":
+            continue  # nothing to clear: a no-op, as before
+        if reason is not None:
+            app.degraded(f"{reason}:{key}")
+            continue
+        app.emit_all(plan_deny(app.state, key))
+        applied.append(key)
+    return applied
 
 
 def _apply_interrupt(app: _Application, interrupt_id: str, user_text: str) -> bool:
@@ -253,17 +480,18 @@ def apply_verdict(
             app.degraded(f"unknown_field:{name}")
     applied: dict[str, Any] = {}
 
-    deny = _key_list(app, verdict, "deny")
-    for key in deny:
-        app.emit_all(plan_deny(state, key))
+    deny = _apply_deny(app, verdict, user_version)
     if deny:
         applied["deny"] = deny
 
-    slots, spans, changed = _apply_slots(app, verdict, value_ctx, user_text)
+    slots, spans, changed, resolved = _apply_slots(app, verdict, value_ctx, user_text,
+                                                   user_version)
     if slots:
         applied["slots"] = slots
     if spans:
         applied["spans"] = spans
+    if resolved:
+        applied["resolved"] = resolved  # logged: what each date/time was resolved from
 
     confirm = _key_list(app, verdict, "confirm")
     confirmed: list[str] = []
@@ -309,11 +537,15 @@ def apply_verdict(
 
 
 __all__ = [
+    "DEFAULT_ANCHOR",
     "FIELDS",
     "AppliedVerdict",
     "VerdictError",
     "VerdictTooLarge",
+    "anchor_mode",
     "apply_verdict",
+    "callers_words",
+    "deny_refusal",
     "parse_verdict",
     "parse_verdict_counted",
 ]

@@ -247,7 +247,7 @@ def _object(key: str, spec: SlotTypeSpec, raw: Any, ctx: ValueContext) -> dict[s
 
 def _email(key: str, spec: SlotTypeSpec, raw: Any, ctx: ValueContext) -> str:
     ask = "ask the caller to spell the address again"
-    text = short_text(key, raw, "an email address", ask).replace(" ", "")
+    text = _spoken_email(short_text(key, raw, "an email address", ask)).replace(" ", "")
     from email_validator import EmailNotValidError, validate_email
 
     try:
@@ -256,6 +256,23 @@ def _email(key: str, spec: SlotTypeSpec, raw: Any, ctx: ValueContext) -> str:
         why = str(exc).rstrip(".")
         why = why[:1].lower() + why[1:]
         raise ValueRefused(key, f"that is not a valid email address ({why}); {ask}") from exc
+
+
+_SPOKEN_EMAIL = (("at", "@"), ("dot", "."), ("underscore", "_"), ("dash", "-"), ("hyphen", "-"))
+
+
+def _spoken_email(text: str) -> str:
+    """ "j dot smith at gmail dot com" → "j.smith@gmail.com": an address as the caller said it.
+
+    Only for text without an "@": a written address is never rewritten.
+    """
+    if "@" in text:
+        return text
+    words = text.split()
+    if "at" not in (w.casefold() for w in words):
+        return text
+    names = dict(_SPOKEN_EMAIL)
+    return "".join(names.get(w.casefold(), w) for w in words)
 
 
 _COERCERS: dict[str, Callable[[str, Any, Any, ValueContext], Any]] = {

@@ -20,7 +20,22 @@ from .context import SlotTypeSpec, ValueContext, ValueRefused, short_text, zone
 
 log = logging.getLogger(__name__)
 
-_ORDERS = ("DMY", "MDY", "YMD")  # a reading is accepted only when every order agrees
+_ORDERS = ("DMY", "MDY", "YMD")  # without a region, a reading must agree under every order
+# Where the day/month order of "03/12" is month first or year first (CLDR short date forms);
+# everywhere else it is day first. Canada writes both, so it stays ambiguous.
+_MONTH_FIRST = frozenset({"US", "PR", "GU", "VI", "AS", "MP", "UM", "PH", "FM", "MH", "PW"})
+_YEAR_FIRST = frozenset({"CN", "JP", "KR", "KP", "TW", "HU", "LT", "MN", "IR"})
+_BOTH = frozenset({"CA"})
+
+
+def region_order(region: str | None) -> str | None:
+    """The day/month/year order numeric dates are read in for a region, or None (unknown)."""
+    if not region or region.upper() in _BOTH:
+        return None
+    region = region.upper()
+    if region in _MONTH_FIRST:
+        return "MDY"
+    return "YMD" if region in _YEAR_FIRST else "DMY"
 
 
 @lru_cache(maxsize=16)
@@ -55,9 +70,43 @@ def _parser(
     )
 
 
+_UNITS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
+_ORDINALS: dict[str, int] = {
+    **{word: n for n, word in enumerate(_UNITS, 1)},
+    **{w: n for n, w in enumerate(["tenth", "eleventh", "twelfth", "thirteenth", "fourteenth",
+                                  "fifteenth", "sixteenth", "seventeenth", "eighteenth",
+                                  "nineteenth"], 10)},
+    "twentieth": 20, "thirtieth": 30,
+    **{f"twenty{sep}{w}": 20 + n for n, w in enumerate(_UNITS, 1) for sep in (" ", "-")},
+    **{f"thirty{sep}first": 31 for sep in (" ", "-")},
+}
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_WORD = "(" + "|".join(sorted(map(re.escape, _ORDINALS), key=len, reverse=True)) + ")"
+# Only an ordinal next to a month is a day of the month ("the second of May", "May the
+# second"); "in a second" or "the second Tuesday" are left for dateparser as they are.
+_ORDINAL_DAY = re.compile(rf"\b{_WORD}(?=\s+(?:of\s+)?{_MONTH}\b)", re.I)
+_ORDINAL_AFTER_MONTH = re.compile(rf"\b({_MONTH}\s+(?:the\s+)?){_WORD}\b", re.I)
+
+
+def _nth(word: str) -> str:
+    n = _ORDINALS[word.lower()]
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _digit_ordinals(text: str) -> str:
+    """"the fourth of December" → "the 4th of December": dateparser reads a day of the month
+    only in digits (English; other languages are passed on unchanged)."""
+    text = _ORDINAL_DAY.sub(lambda m: _nth(m.group(1)), text)
+    return _ORDINAL_AFTER_MONTH.sub(lambda m: m.group(1) + _nth(m.group(2)), text)
+
+
 def dateparse(
     text: str, ctx: ValueContext, order: str, prefer: str = "future"
 ) -> tuple[datetime | None, str]:
+    if ctx.language.lower().startswith("en"):
+        text = _digit_ordinals(text)
     parser = _parser(_languages(ctx.language), order, ctx.local_now, ctx.timezone, prefer)
     data = parser.get_date_data(text)
     return data.date_obj, data.period or "day"
@@ -74,6 +123,11 @@ def _consensus(key: str, text: str, ctx: ValueContext, ask: str) -> tuple[dateti
     # Year-first only matters for all-digit forms; with a month name it reads "30 November" as
     # November 2030 and would make every such day look ambiguous.
     orders = _ORDERS if not any(ch.isalpha() for ch in phrase) else _ORDERS[:2]
+    local = region_order(ctx.phone_region)
+    if local is not None:
+        # The call's region says how "12/07/1951" reads (SPEC §4.1): day first in GB; a
+        # leading four-digit year reads year first anywhere
+        orders = ("YMD",) if re.match(r"\d{4}\D", phrase) else (local,)
     readings = [dateparse(phrase, ctx, order) for order in orders]
     if any(when is None for when, _ in readings):
         raise ValueRefused(key, f"that is not a specific day or time; {ask}")
@@ -122,6 +176,21 @@ def _offset_phrase(text: str) -> str:
     return f"in {n * 7 if match['unit'].lower() == 'week' else n} days"
 
 
+_BARE_DAY = re.compile(r"(?:on\s+)?(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)?", re.IGNORECASE)
+
+
+def _bare_day_ahead(text: str, day: date, today: date) -> date:
+    """ "the 2nd" said on 30 November means 2 December: dateparser keeps the current month
+    even when that day has passed (its future preference does not cover a bare day)."""
+    if day >= today or _BARE_DAY.fullmatch(text.strip()) is None:
+        return day
+    year, month = (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
+    try:
+        return day.replace(year=year, month=month)
+    except ValueError:  # the 31st in a 30-day month: not a day that exists next month
+        return day
+
+
 def _iso_date(text: str) -> date | None:
     if len(text) == 10 and text[4] == "-" and text[7] == "-":
         return date.fromisoformat(text)  # ValueError for a day that does not exist
@@ -139,7 +208,7 @@ def coerce_date(key: str, spec: SlotTypeSpec, raw: Any, ctx: ValueContext) -> st
         when, period = _consensus(key, text, ctx, ask)
         if period not in ("day", "time"):
             raise ValueRefused(key, f"that is not one exact day; {ask}")
-        day = when.date()
+        day = _bare_day_ahead(text, when.date(), ctx.local_now.date())
     if spec.future_only and day < ctx.local_now.date():
         raise ValueRefused(key, "that day is in the past; ask for a day from today on")
     return day.isoformat()
