@@ -360,3 +360,11 @@ def test_a_part_of_the_day_is_no_evidence_for_todays_date() -> None:
     assert call.value("time") == "16:45"
     call.apply({"slots": {"date": "2026-12-01"}}, "Could you fit me in today?")
     assert call.value("date") == "2026-12-01"
+
+
+def test_a_free_text_slot_may_hold_a_clock_reading_the_caller_said_in_words() -> None:
+    from superdialog_core.values.evidence import CallerWords, in_callers_words
+
+    heard = CallerWords(["Tuesday at ten, please"])
+    assert in_callers_words("str", "10:00", heard)
+    assert not in_callers_words("str", "11:00", heard)

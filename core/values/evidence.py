@@ -104,6 +104,9 @@ def placeholder_reason(text: str, heard: CallerWords) -> str | None:
     return None
 
 
+_CLOCK = re.compile(r"^\d{1,2}:\d{2}$")
+
+
 def _digits_of(value: str) -> str:
     return "".join(ch for ch in value if ch.isdigit())
 
@@ -135,6 +138,8 @@ def in_callers_words(kind: str, value: Any, heard: CallerWords, *,
     # "five" and "5" both count: the digits view reads spoken digits
     if number and any(text.lstrip("-") in said for said in heard.digits):
         return True
+    if kind == "str" and _CLOCK.match(text) and clock_said(text, heard):
+        return True  # a free-text slot holding a clock reading the model normalised ("at ten")
     words = _words(text)
     if not words:
         return False
