@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from loopback import LoopbackServer, Reply
+from redis_server import RedisServer
 
 
 @pytest.fixture
@@ -23,4 +25,12 @@ def clinic(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackServer]:
         server.route("POST", "/clinics/c1/visits", Reply(201, json={"ref": "A1234"}))
         monkeypatch.setenv("CLINIC_API_BASE", server.base_url)
         monkeypatch.setenv("CLINIC_API_TOKEN", "t")
+        yield server
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on a free 127.0.0.1 port, its data under ``tmp_path`` (fails, never
+    skips, when the binary is missing)."""
+    with RedisServer(tmp_path / "redis") as server:
         yield server

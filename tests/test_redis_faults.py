@@ -23,12 +23,6 @@ LINE = "Sorry, our system is down. Please call back. Goodbye."
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
-
-
-@pytest.fixture
 def booking(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackServer]:
     with LoopbackServer() as server:
         server.route("POST", "/bookings", Reply(201, json={"ref": "B1"}))

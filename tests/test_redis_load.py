@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from redis_server import RedisServer
 from superdialog_core import Playbook, Runtime, ScriptedDirector, ScriptedTalker
 from superdialog_core.events import Utterance
@@ -14,12 +12,6 @@ from superdialog_core.log.redis_store import RedisStore
 
 SIMPLE = Path(__file__).resolve().parent / "fixtures" / "simple_booking.yaml"
 CALLS = 500
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
 
 
 async def test_500_concurrent_calls_share_one_redis(redis_server: RedisServer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,12 +13,6 @@ from superdialog_core import EventLog, LogStore, StoreConflict
 from superdialog_core.events import SlotWrite, Utterance
 from superdialog_core.log.redis_store import RedisStore
 from superdialog_core.log.stores import StoreUnavailable
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.fixture
