@@ -40,7 +40,6 @@ from superdialog_core.log.eventlog import EventLog, LogCorruptError, encode_line
 from superdialog_core.log.sqlite_store import SQLiteStore
 from superdialog_core.log.state import ConversationState
 from superdialog_core.log.stores import LogStore, RepairReport
-from superdialog_core.roles import director as director_module
 from superdialog_core.roles import verdict_parse
 from superdialog_core.roles.verdict import VerdictError, VerdictTooLarge, parse_verdict
 from superdialog_core.tools.ssrf import UrlRefused, vet_url
@@ -321,13 +320,15 @@ async def test_a_bad_answer_takes_the_normal_retry_and_later_turns_work(first: A
 
 async def test_a_long_answer_is_parsed_off_the_event_loop(monkeypatch) -> None:
     threads: list[int] = []
-    real = director_module.parse_verdict_counted
+    from superdialog_core.roles import asking
+
+    real = asking.parse_verdict_counted
 
     def recording(raw: Any, **kw: Any) -> Any:
         threads.append(threading.get_ident())
         return real(raw, **kw)
 
-    monkeypatch.setattr(director_module, "parse_verdict_counted", recording)
+    monkeypatch.setattr(asking, "parse_verdict_counted", recording)
     long_answer = "thinking " * 1200 + '{"slots": {"party": 2}}'
     rt = runtime(ScriptedDirector(['{"slots": {"party": 3}}', long_answer]))
     await rt.start()

@@ -16,7 +16,6 @@ Director give the same report, and ``ReplayReport.to_dict()`` is plain, sorted d
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..log import events as ev
 from ..log.eventlog import EventLog
 from ..log.state import ConversationState
+from ..roles.asking import ask_director
 from .startup import cached_playbook_hash, phone_region
 
 if TYPE_CHECKING:
@@ -220,44 +220,6 @@ def logged_decisions(log: EventLog) -> tuple[dict[int, Decision], list[dict[str,
 # --- asking the Director again ------------------------------------------------------------
 
 
-async def _ask(director: DirectorModel, request: Any, timeout: float,
-               degrade: Any, cap: int) -> tuple[dict[str, Any] | None, int]:
-    """The runtime's way of asking (``turnflow.TurnFlow._ask``): timeout, one retry, the
-    playbook's verdict cap (``cap``: ``policies.caps.verdict_bytes``)."""
-    from ..roles import director as prompting
-    from ..roles.models import DirectorRequest
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    for attempt in (1, 2):
-        try:
-            raw = await asyncio.wait_for(director.decide(request),
-                                         max(deadline - loop.time(), 0.001))
-        except asyncio.TimeoutError:
-            degrade(f"no verdict within director_timeout={timeout}s; the turn goes on without one")
-            return None, attempt
-        except Exception as exc:
-            degrade(f"{type(exc).__name__}: {exc}")
-            return None, attempt
-        try:
-            return prompting.parse_verdict(raw, cap=cap), attempt
-        except prompting.VerdictError as exc:
-            if isinstance(exc, prompting.VerdictTooLarge):
-                degrade(f"verdict_over_cap: {exc.detail}")
-            if attempt == 2:
-                degrade(f"unparseable verdict after one retry: {exc.detail}")
-                return None, attempt
-            answer = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-            request = DirectorRequest(
-                messages=[*request.messages,
-                          {"role": "assistant", "content": answer[:2000]},
-                          {"role": "user", "content": (
-                              f"That answer could not be used: {exc.detail}. Answer again "
-                              f"by calling {request.tool_name} with one verdict object.")}],
-                schema=request.schema, tool_name=request.tool_name)
-    raise AssertionError("unreachable: the loop returns on its second attempt")
-
-
 async def replay_turn(log: EventLog, playbook: Playbook, director: DirectorModel,
                       user_version: int, *, director_timeout: float = 8.0) -> Decision:
     """Fold ``log`` up to the utterance at ``user_version``, ask ``director``, apply, summarise."""
@@ -293,8 +255,9 @@ async def replay_turn(log: EventLog, playbook: Playbook, director: DirectorModel
     def degrade(detail: str) -> None:
         emit(ev.Degraded(component="director", detail=detail))
 
-    verdict, attempts = await _ask(director, request, director_timeout, degrade,
-                                   playbook.policies.caps.verdict_bytes)
+    verdict, attempts = await ask_director(
+        director, request, timeout=director_timeout, cap=playbook.policies.caps.verdict_bytes,
+        finding=degrade, failure=degrade)
     applied: dict[str, Any] | None = None
     if verdict is not None:
         result = prompting.apply_verdict(

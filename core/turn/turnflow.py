@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import re
 import time
@@ -28,9 +27,8 @@ from ..log.events import (
     SteeringNote,
     Utterance,
 )
+from ..roles.asking import ask_director
 from ..roles.goodbye import is_clear_goodbye
-from ..roles.verdict_parse import OFF_LOOP_BYTES
-from ..values.clean import clean_text, replaced_detail
 from .quiesce import Progress
 from .speaker import Speaker, finished
 from .speech import Reply, Segment
@@ -50,20 +48,6 @@ BUDGET_NOTE = (
     "for what is still missing, in one short question."
 )
 _WORD = re.compile(r"[a-z0-9]{3,}")
-# Python 3.11+: a deadline on the decision task itself. asyncio.wait_for on 3.11 runs the model
-# call in a task of its own, which costs a task and an extra event-loop pass per turn (3.12's
-# wait_for is this same context manager).
-_TIMEOUT = getattr(asyncio, "timeout", None)
-
-
-async def _within(awaitable: Any, seconds: float) -> Any:
-    """``asyncio.wait_for(awaitable, seconds)``, without its extra task where Python allows."""
-    if _TIMEOUT is None or not inspect.iscoroutine(awaitable):
-        return await asyncio.wait_for(awaitable, timeout=seconds)
-    async with _TIMEOUT(seconds):
-        return await awaitable
-
-
 class TurnHost(Protocol):
     """What a turn reads of its ``Runtime``: a protocol, so this module never imports the
     runtime (which builds a ``TurnFlow``) and the two import in one direction."""
@@ -127,61 +111,16 @@ class TurnFlow:
 
     async def _ask(self, text: str) -> tuple[dict[str, Any] | None, float, int]:
         """The parsed verdict (None when the Director failed), its latency and attempt count."""
-        prompting = self._prompting
         rt = self.rt
-        request = prompting.build_director_request(rt.state, rt.playbook, user_text=text)
+        request = self._prompting.build_director_request(rt.state, rt.playbook, user_text=text)
         started = time.perf_counter()
-        deadline = started + rt._director_timeout
-        for attempt in (1, 2):
-            remaining = max(deadline - time.perf_counter(), 0.001)
-            try:
-                raw = await _within(rt._director.decide(request), remaining)
-            except asyncio.TimeoutError:
-                self._director_failed(f"no verdict within director_timeout="
-                                      f"{rt._director_timeout}s; the turn goes on without one")
-                return None, 0.0, attempt
-            except Exception as exc:
-                self._director_failed(f"{type(exc).__name__}: {exc}")
-                return None, 0.0, attempt
-            try:
-                verdict = await self._parse(raw, remaining=max(deadline - time.perf_counter(), 0.001))
-            except asyncio.TimeoutError:
-                self._degrade("director", f"no verdict within director_timeout="
-                              f"{rt._director_timeout}s (parsing the answer); the turn goes on "
-                              "without one")
-                return None, 0.0, attempt
-            except prompting.VerdictError as exc:
-                if isinstance(exc, prompting.VerdictTooLarge):
-                    self._degrade("director", f"verdict_over_cap: {exc.detail}")
-                if attempt == 2:
-                    self._director_failed(f"unparseable verdict after one retry: {exc.detail}")
-                    return None, 0.0, attempt
-                answer = _answer_text(raw)
-                request = self._models.DirectorRequest(
-                    messages=[*request.messages,
-                              {"role": "assistant", "content": answer[:2000]},
-                              {"role": "user", "content": (
-                                  f"That answer could not be used: {exc.detail}. Answer again "
-                                  f"by calling {request.tool_name} with one verdict object.")}],
-                    schema=request.schema, tool_name=request.tool_name,
-                )
-                continue
-            return verdict, round((time.perf_counter() - started) * 1000, 3), attempt
-        raise AssertionError("unreachable: the loop returns on its second attempt")
-
-    async def _parse(self, raw: Any, *, remaining: float) -> dict[str, Any]:
-        """Parse the answer (in a worker thread above a few KiB), logging a Unicode repair once."""
-        cap = self.rt.playbook.policies.caps.verdict_bytes
-        parse = self._prompting.parse_verdict_counted
-        if isinstance(raw, str) and len(raw) > OFF_LOOP_BYTES:
-            # Bounded by the cap and linear, but 64 KiB still costs milliseconds: keep the
-            # event loop (every call on this worker) free meanwhile.
-            verdict, replaced = await _within(asyncio.to_thread(parse, raw, cap=cap), remaining)
-        else:
-            verdict, replaced = parse(raw, cap=cap)
-        if replaced:
-            self._degrade("director", replaced_detail("director", replaced))
-        return verdict
+        verdict, attempts = await ask_director(
+            rt._director, request, timeout=rt._director_timeout,
+            cap=rt.playbook.policies.caps.verdict_bytes,
+            finding=lambda detail: self._degrade("director", detail),
+            failure=self._director_failed)
+        latency = round((time.perf_counter() - started) * 1000, 3) if verdict is not None else 0.0
+        return verdict, latency, attempts
 
     def _goodbye_without_verdict(self, text: str) -> None:
         """The Director failed, but an unmistakable goodbye still routes to the goodbye interrupt.
@@ -469,16 +408,6 @@ class TurnFlow:
         async with aclosing(speaker.follow_through(reply)) as pieces:
             async for piece in pieces:
                 yield piece
-
-
-def _answer_text(raw: Any) -> str:
-    """The first 2,000 characters of a rejected answer, to show the Director on its retry."""
-    if isinstance(raw, str):
-        return clean_text(raw[:2000])[0]
-    try:
-        return clean_text(json.dumps(raw, default=str)[:2000])[0]
-    except (ValueError, RecursionError):
-        return f"(a {type(raw).__name__} that cannot be shown)"
 
 
 __all__ = ["BUDGET_NOTE", "TIMEOUT_LINE", "TurnFlow"]
