@@ -368,3 +368,17 @@ def test_a_free_text_slot_may_hold_a_clock_reading_the_caller_said_in_words() ->
     heard = CallerWords(["Tuesday at ten, please"])
     assert in_callers_words("str", "10:00", heard)
     assert not in_callers_words("str", "11:00", heard)
+
+
+def test_looking_for_a_date_in_a_long_line_is_bounded() -> None:
+    # Each phrase tried is a date-parser call on the event loop: a long line without a date
+    # word costs none in English, and any line costs at most MAX_PHRASES.
+    from superdialog_core.roles.verdict import MAX_PHRASES, _phrases
+
+    chatter = " ".join(["well", "actually", "honestly", "because", "whatever"] * 8)
+    assert _phrases(chatter) == []
+    long_line = chatter + " next Friday at 10 " + chatter
+    phrases = _phrases(long_line)
+    assert 0 < len(phrases) <= MAX_PHRASES
+    assert any("Friday" in p for p in phrases)
+    assert len(_phrases(chatter, "de")) == MAX_PHRASES  # other languages: only the cap

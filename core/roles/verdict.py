@@ -16,6 +16,7 @@ lines, pipelines and terminal handling are the runtime's, after this returns.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +191,7 @@ def _evidence_ok(key: str, spec: SlotSpec, raw: Any, value: Any, span: Any,
         # wrongly, has none
         today = value_ctx.local_now.date().isoformat()
         return any(_resolves_to(key, spec, phrase, value, value_ctx)
-                   for phrase in _phrases(user_text)
+                   for phrase in _phrases(user_text, value_ctx.language)
                    if not str(value).startswith(today) or _names_today(phrase))
     if in_callers_words(spec.type, value if spec.type == "email" else raw, heard, span=text_span):
         return True
@@ -222,7 +223,7 @@ def _names_today(phrase: str) -> bool:
     return bool(words & _TODAY_WORDS) or any(ch.isdigit() for ch in phrase)
 
 
-def _phrases(text: str) -> list[str]:
+def _phrases(text: str, language: str = "en") -> list[str]:
     """The caller's line, then each run of up to PHRASE_WORDS of its words (longest first).
 
     A run must hold a digit or a word of three letters or more: dateparser reads a lone "a"
@@ -234,9 +235,23 @@ def _phrases(text: str) -> list[str]:
     for size in range(min(PHRASE_WORDS, len(words)), 0, -1):
         runs.extend(" ".join(words[i:i + size]) for i in range(len(words) - size + 1))
     # a bare year ("2027") is read as today's day in that year: no evidence for a day
-    return [run for run in dict.fromkeys(runs)
-            if not (run.isdigit() and len(run) >= 3)
-            and (any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split()))]
+    phrases = [run for run in dict.fromkeys(runs)
+               if not (run.isdigit() and len(run) >= 3)
+               and (any(ch.isdigit() for ch in run) or any(len(w) >= 3 for w in run.split()))
+               and (_DATEISH.search(run) or not language.lower().startswith("en"))]
+    # Each phrase is a date-parser call (~1 ms) on the event loop, which every call on the
+    # worker shares: a long line must not cost a hundred of them.
+    return phrases[:MAX_PHRASES]
+
+
+# In English a run can only name a day or a time with one of these; the others are not worth
+# parsing (other languages are only capped).
+_DATEISH = re.compile(  # word starts: "mon" covers monday and month, "four" fourth
+    r"\d|\b(?:to|yes|now|next|this|last|week|mon|tue|wed|thu|fri|sat|sun|morn|after|even|"
+    r"night|noon|mid|o'?clock|[ap]\.?m\b|half|quarter|past|jan|feb|mar|apr|may|jun|jul|aug|"
+    r"sep|oct|nov|dec|one|two|three|four|fif|six|seven|eigh|nin|ten|eleven|twel|twen|thirt|"
+    r"first|second|third)", re.I)
+MAX_PHRASES = 24  # date-parser calls at most per unanchored date/time (longest runs first)
 
 
 def _refuse_unanchored(app: _Application, key: str, spec: SlotSpec, raw: Any, value: Any,
