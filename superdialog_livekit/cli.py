@@ -425,7 +425,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             err.print(str(exc), markup=False)
             return 1
         text = playbook.to_yaml()
-        report = list(playbook.coverage or [])
+        # What did not fully map, as the author named it; mapped nodes need no look.
+        report = [f"{gap.source} → {gap.became}" + (f": {gap.note}" if gap.note else "")
+                  for gap in playbook.coverage_gaps or []]
         kind = "legacy flow" if playbook.coverage is not None else "playbook"
     try:
         playbook = Playbook.from_yaml(text, source=args.output or "<converted>")

@@ -168,6 +168,19 @@ def test_convert_a_legacy_flow_through_the_flow_compiler(
     assert code == 0, err
     assert "(legacy flow)" in err
     assert Playbook.load(out_file) == Playbook.load(FIXTURES / "legacy_flow.json")
+    assert "CoverageEntry(" not in err  # the report is for a reader, not a repr
+
+
+def test_converting_a_legacy_flow_reports_only_what_did_not_map(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = FIXTURES / "superdialog_schema_flow.json"
+    gaps = Playbook.load(source).coverage_gaps
+    assert gaps, "the fixture has coverage gaps"
+    code, _, err = run_cli(capsys, "convert", str(source), "-o", str(tmp_path / "out.yaml"))
+    assert code == 0, err
+    assert "nodes.welcome → " in err and "renders empty in speech" in err
+    mapped = [e.source for e in Playbook.load(source).coverage if e.mapped]
+    assert not any(f"  - {name} → " in err for name in mapped), err
 
 
 def test_convert_refuses_a_bad_flow_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
