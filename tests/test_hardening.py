@@ -663,3 +663,13 @@ async def test_caps_are_settable_in_policies() -> None:
     assert degraded(rt.log, "verdict_over_cap") and of(rt.log, ev.Verdict)[0].attempts == 2
     with pytest.raises(PlaybookError, match="model_chars"):
         playbook(PLAYBOOK + "policies: {caps: {model_chars: 5}}\n")
+
+
+def test_a_raw_newline_inside_a_verdict_string_is_read_not_retried() -> None:
+    # SmolLM2 wrote {"note": "...\n"} with a real newline inside the string: strict JSON
+    # refuses it, which cost the turn its verdict after the retry.
+    from superdialog_core.roles.verdict_parse import parse_verdict
+
+    verdict = parse_verdict('{ "note" : "Breathe, I am here.\n", "slots": {"a": "x\ty"}}')
+    assert verdict["note"] == "Breathe, I am here.\n"
+    assert verdict["slots"] == {"a": "x\ty"}

@@ -65,7 +65,9 @@ def _bounded_int(text: str) -> int:
 def _loads(text: str) -> Any:
     """``json.loads`` whose failures are all ``VerdictError`` or ``json.JSONDecodeError``."""
     try:
-        return json.loads(text, parse_int=_bounded_int)
+        # strict=False: a raw newline or tab inside a string (small models write them) is read
+        # as itself instead of costing the turn a retry; the text is cleaned where it is used.
+        return json.loads(text, parse_int=_bounded_int, strict=False)
     except _IntTooLong as exc:
         raise VerdictError(f"the verdict holds {exc}; write numbers as short values") from None
     except RecursionError:
